@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "tq/simd.h"
+
 namespace tq {
 
 class Rotation {
@@ -45,9 +47,7 @@ class Rotation {
 
 bool is_power_of_two(int64_t d);
 
-// Unnormalized in-place fast Walsh–Hadamard transform (Sylvester order):
-// x ← H x. n must be a power of two.
-void fwht(float* x, int n);
+// fwht(x, n): unnormalized in-place Walsh–Hadamard transform, in tq/simd.h.
 
 class IdentityRotation final : public Rotation {
  public:
@@ -71,6 +71,8 @@ class HadamardRotation final : public Rotation {
 class RandomizedHadamard final : public Rotation {
  public:
   RandomizedHadamard(int d, uint64_t seed);
+  // Fixed sign tables (±1), e.g. the turboquant_plus fork's constants.
+  RandomizedHadamard(int d, std::vector<float> s1, std::vector<float> s2, std::string name);
   std::string name() const override;
   void apply(float* x) const override;
   void apply_inverse(float* x) const override;
@@ -81,6 +83,7 @@ class RandomizedHadamard final : public Rotation {
   uint64_t seed_;
   float scale_;
   std::vector<float> s1_, s2_;
+  std::string fixed_name_;
 };
 
 class HaarRotation final : public Rotation {
@@ -94,7 +97,6 @@ class HaarRotation final : public Rotation {
  private:
   uint64_t seed_;
   std::vector<double> q_;
-  mutable std::vector<double> tmp_;
 };
 
 // "none" | "hadamard" | "rht:SEED" | "haar:SEED" | "auto" (hadamard for powers

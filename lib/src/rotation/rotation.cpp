@@ -6,6 +6,7 @@
 
 #include "tq/error.h"
 #include "tq/rng.h"
+#include "tq/simd.h"
 
 namespace tq {
 
@@ -29,41 +30,6 @@ std::vector<float> Rotation::matrix() const {
     for (int i = 0; i < d_; ++i) m[size_t(i) * d_ + j] = e[i];
   }
   return m;
-}
-
-// Butterfly stages in Sylvester order h = 1, 2, 4, …; every element sees the
-// same sequence of adds/subs whichever loop shape runs it, so all paths (and the
-// GPU kernels, which use the same stage order) give identical bits.
-void fwht(float* x, int n) {
-  if (n < 8) {
-    for (int h = 1; h < n; h <<= 1)
-      for (int i = 0; i < n; i += h << 1)
-        for (int j = i; j < i + h; ++j) {
-          const float a = x[j], b = x[j + h];
-          x[j] = a + b;
-          x[j + h] = a - b;
-        }
-    return;
-  }
-  for (int i = 0; i < n; i += 8) {  // stages h = 1, 2, 4 inside groups of 8, in registers
-    float* g = x + i;
-    const float a0 = g[0] + g[1], a1 = g[0] - g[1], a2 = g[2] + g[3], a3 = g[2] - g[3];
-    const float a4 = g[4] + g[5], a5 = g[4] - g[5], a6 = g[6] + g[7], a7 = g[6] - g[7];
-    const float b0 = a0 + a2, b1 = a1 + a3, b2 = a0 - a2, b3 = a1 - a3;
-    const float b4 = a4 + a6, b5 = a5 + a7, b6 = a4 - a6, b7 = a5 - a7;
-    g[0] = b0 + b4; g[1] = b1 + b5; g[2] = b2 + b6; g[3] = b3 + b7;
-    g[4] = b0 - b4; g[5] = b1 - b5; g[6] = b2 - b6; g[7] = b3 - b7;
-  }
-  for (int h = 8; h < n; h <<= 1)  // contiguous runs of ≥ 8: vectorized
-    for (int i = 0; i < n; i += h << 1) {
-      float* __restrict lo = x + i;
-      float* __restrict hi = x + i + h;
-      for (int j = 0; j < h; ++j) {
-        const float a = lo[j], b = hi[j];
-        lo[j] = a + b;
-        hi[j] = a - b;
-      }
-    }
 }
 
 IdentityRotation::IdentityRotation(int d) : Rotation(d) {
@@ -92,7 +58,16 @@ RandomizedHadamard::RandomizedHadamard(int d, uint64_t seed) : Rotation(d), seed
   for (auto& s : s2_) s = rng.coin() ? -1.f : 1.f;
 }
 
-std::string RandomizedHadamard::name() const { return fmt::format("rht:{}", seed_); }
+RandomizedHadamard::RandomizedHadamard(int d, std::vector<float> s1, std::vector<float> s2, std::string name)
+    : Rotation(d), seed_(0), s1_(std::move(s1)), s2_(std::move(s2)), fixed_name_(std::move(name)) {
+  TQ_CHECK(is_power_of_two(d), "rotation {}: head_dim {} is not a power of two", fixed_name_, d);
+  TQ_CHECK(int(s1_.size()) == d && int(s2_.size()) == d, "rotation {}: sign tables must have {} entries", fixed_name_, d);
+  scale_ = float(1.0 / std::sqrt(double(d)));
+}
+
+std::string RandomizedHadamard::name() const {
+  return fixed_name_.empty() ? fmt::format("rht:{}", seed_) : fixed_name_;
+}
 
 void RandomizedHadamard::apply(float* x) const {
   for (int i = 0; i < d_; ++i) x[i] *= s1_[i];
@@ -106,7 +81,7 @@ void RandomizedHadamard::apply_inverse(float* x) const {
   for (int i = 0; i < d_; ++i) x[i] *= scale_ * s1_[i];
 }
 
-HaarRotation::HaarRotation(int d, uint64_t seed) : Rotation(d), seed_(seed), tmp_(d) {
+HaarRotation::HaarRotation(int d, uint64_t seed) : Rotation(d), seed_(seed) {
   TQ_CHECK(d >= 2, "rotation haar:{}: head_dim {} must be ≥ 2", seed, d);
   // A: d×d Gaussian, row-major. Householder QR in float64; Q = H_0 H_1 … H_{d-2}.
   const size_t n = size_t(d);
@@ -159,24 +134,26 @@ HaarRotation::HaarRotation(int d, uint64_t seed) : Rotation(d), seed_(seed), tmp
 
 std::string HaarRotation::name() const { return fmt::format("haar:{}", seed_); }
 
+// Thread-safe: the scratch vector is local (rotations are shared across threads).
 void HaarRotation::apply(float* x) const {
   const size_t n = size_t(d_);
+  std::vector<double> tmp(n);
   for (size_t i = 0; i < n; ++i) {
     double s = 0;
     for (size_t j = 0; j < n; ++j) s += q_[i * n + j] * double(x[j]);
-    tmp_[i] = s;
+    tmp[i] = s;
   }
-  for (size_t i = 0; i < n; ++i) x[i] = float(tmp_[i]);
+  for (size_t i = 0; i < n; ++i) x[i] = float(tmp[i]);
 }
 
 void HaarRotation::apply_inverse(float* x) const {
   const size_t n = size_t(d_);
-  std::fill(tmp_.begin(), tmp_.end(), 0.0);
+  std::vector<double> tmp(n, 0.0);
   for (size_t j = 0; j < n; ++j) {
     const double xj = x[j];
-    for (size_t i = 0; i < n; ++i) tmp_[i] += q_[j * n + i] * xj;
+    for (size_t i = 0; i < n; ++i) tmp[i] += q_[j * n + i] * xj;
   }
-  for (size_t i = 0; i < n; ++i) x[i] = float(tmp_[i]);
+  for (size_t i = 0; i < n; ++i) x[i] = float(tmp[i]);
 }
 
 namespace {

@@ -1,0 +1,242 @@
+#include <algorithm>
+#include <map>
+
+#include "tq/error.h"
+#include "tq/format.h"
+#include "tq/formats/int_per_token.h"
+#include "tq/formats/kivi.h"
+#include "tq/formats/llama_blocks.h"
+#include "tq/formats/mse.h"
+#include "tq/formats/plain.h"
+#include "tq/formats/prod.h"
+#include "tq/formats/turbo.h"
+#include "tq/formats/uniform.h"
+#include "tq/table.h"
+
+namespace tq {
+
+// The registry: every preset once, as the spec it stands for.
+static const std::vector<FormatEntry> kRegistry = {
+    {"f16", "fp16 K and V (llama.cpp default cache; the reference)", "k=f16,v=f16"},
+    {"f32", "float32 K and V (no rounding)", "k=f32,v=f32"},
+    {"turboquant_k8v4", "vLLM: FP8 E4M3 keys, 4-bit min/max values", "k=fp8,v=u4,layout=vllm"},
+    {"turboquant_4bit_nc", "vLLM: 4-bit Hadamard+Lloyd-Max keys (norm corr.), 4-bit values",
+     "k=mse4+nc,v=u4,rot=hadamard,cb=vllm,layout=vllm"},
+    {"turboquant_k3v4_nc", "vLLM: 3-bit keys (norm corr.), 4-bit values", "k=mse3+nc,v=u4,rot=hadamard,cb=vllm,layout=vllm"},
+    {"turboquant_3bit_nc", "vLLM: 3-bit keys (norm corr.), 3-bit values", "k=mse3+nc,v=u3,rot=hadamard,cb=vllm,layout=vllm"},
+    {"turbo2", "turboquant_plus 2-bit blocks of 128 (corrected norm)", "k=turbo2,v=turbo2"},
+    {"turbo3", "turboquant_plus 3-bit blocks of 128 (2 bits + sign plane)", "k=turbo3,v=turbo3"},
+    {"turbo4", "turboquant_plus 4-bit nibble blocks of 128", "k=turbo4,v=turbo4"},
+    {"turbo4-qjl", "turboquant_plus legacy 3-bit + 1-bit QJL blocks of 128", "k=turbo4-qjl,v=turbo4-qjl"},
+    {"q8_0", "llama.cpp q8_0 blocks of 32", "k=q8_0,v=q8_0"},
+    {"q4_0", "llama.cpp q4_0 blocks of 32", "k=q4_0,v=q4_0"},
+    {"fp8", "FP8 E4M3 K and V, no scale", "k=fp8,v=fp8"},
+    {"fp8e4b15", "FP8 E4B15 K and V (Triton pre-sm89 encoding), no scale", "k=fp8e4b15,v=fp8e4b15"},
+    {"int8", "per-token-head symmetric int8", "k=int8,v=int8"},
+    {"int4", "per-token-head symmetric int4", "k=int4,v=int4"},
+    {"kivi2", "KIVI 2-bit: keys per channel over 32 tokens, values per token", "k=kivi2,v=kivi2"},
+    {"kivi4", "KIVI 4-bit", "k=kivi4,v=kivi4"},
+};
+
+const std::vector<FormatEntry>& registered_formats() { return kRegistry; }
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t p = s.find(sep, start);
+    out.push_back(s.substr(start, p - start));
+    if (p == std::string::npos) break;
+    start = p + 1;
+  }
+  return out;
+}
+
+const FormatEntry* find_preset(const std::string& name) {
+  for (const auto& e : kRegistry)
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+struct Options {
+  std::map<std::string, std::string> kv;
+  void apply(const std::string& spec, const std::string& where) {
+    for (const auto& tok : split(spec, ',')) {
+      if (tok.empty()) continue;
+      const auto eq = tok.find('=');
+      TQ_CHECK(eq != std::string::npos && eq > 0, "format '{}': '{}' is not an option (expected key=value)", where, tok);
+      const std::string key = tok.substr(0, eq);
+      static const char* known[] = {"k", "v", "rot", "cb", "qjl", "layout"};
+      TQ_CHECK(std::find(std::begin(known), std::end(known), key) != std::end(known),
+               "format '{}': unknown option '{}' (expected k, v, rot, cb, qjl, layout)", where, key);
+      kv[key] = tok.substr(eq + 1);
+    }
+  }
+  std::string get(const std::string& k, const std::string& def) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? def : it->second;
+  }
+};
+
+int parse_bits(const std::string& codec, size_t prefix_len) {
+  const std::string b = codec.substr(prefix_len);
+  TQ_CHECK(b.size() == 1 && b[0] >= '1' && b[0] <= '8', "codec '{}': bits must be a digit 1..8", codec);
+  return b[0] - '0';
+}
+
+CodecPtr make_codec(const std::string& codec, bool is_key, int d, const Options& o) {
+  auto starts = [&](const char* p) { return codec.rfind(p, 0) == 0; };
+  if (codec == "f16") return std::make_shared<PlainCodec>(PlainKind::f16, d);
+  if (codec == "f32") return std::make_shared<PlainCodec>(PlainKind::f32, d);
+  if (codec == "fp8") return std::make_shared<PlainCodec>(PlainKind::fp8_e4m3, d);
+  if (codec == "fp8e4b15") return std::make_shared<PlainCodec>(PlainKind::fp8_e4b15, d);
+  if (codec == "q8_0") return std::make_shared<LlamaBlockCodec>(LlamaBlockCodec::q8_0, d);
+  if (codec == "q4_0") return std::make_shared<LlamaBlockCodec>(LlamaBlockCodec::q4_0, d);
+  if (codec == "int8") return std::make_shared<IntCodec>(8, d);
+  if (codec == "int4") return std::make_shared<IntCodec>(4, d);
+  if (codec == "turbo2") return std::make_shared<TurboCodec>(TurboKind::turbo2, d);
+  if (codec == "turbo3") return std::make_shared<TurboCodec>(TurboKind::turbo3, d);
+  if (codec == "turbo4") return std::make_shared<TurboCodec>(TurboKind::turbo4, d);
+  if (codec == "turbo4-qjl") return std::make_shared<TurboCodec>(TurboKind::turbo4_qjl, d);
+  if (starts("kivi")) {
+    const int b = parse_bits(codec, 4);
+    if (is_key) return std::make_shared<KiviKeyCodec>(b, d);
+    return std::make_shared<KiviValueCodec>(b, d);
+  }
+  if (starts("u") && codec.size() == 2) return std::make_shared<UniformCodec>(parse_bits(codec, 1), d);
+  if (starts("mse")) {
+    std::string base = codec;
+    NormMode norm = NormMode::raw;
+    if (base.size() > 3 && base.compare(base.size() - 3, 3, "+nc") == 0) { norm = NormMode::nc; base.resize(base.size() - 3); }
+    else if (base.size() > 5 && base.compare(base.size() - 5, 5, "+fold") == 0) { norm = NormMode::fold; base.resize(base.size() - 5); }
+    const int b = parse_bits(base, 3);
+    std::shared_ptr<const Rotation> rot = make_rotation(o.get("rot", "auto"), d);
+    return std::make_shared<MseCodec>(b, d, rot, get_scalar_codebook(o.get("cb", "gauss"), d, b), norm, codec);
+  }
+  if (starts("prod")) {
+    const int b = parse_bits(codec, 4);
+    std::shared_ptr<const Rotation> rot = make_rotation(o.get("rot", "auto"), d);
+    auto cb = b > 1 ? get_scalar_codebook(o.get("cb", "gauss"), d, b - 1) : nullptr;
+    auto qjl = std::make_shared<const QjlProjection>(o.get("qjl", "gauss:1"), d);
+    return std::make_shared<ProdCodec>(b, d, rot, cb, qjl, codec);
+  }
+  TQ_THROW("unknown codec '{}' (expected mse<b>[+nc|+fold], prod<b>, u<b>, f16, f32, fp8, fp8e4b15, q8_0, q4_0, "
+           "int8, int4, kivi<b>, turbo2|3|4, turbo4-qjl)",
+           codec);
+}
+
+}  // namespace
+
+size_t KvFormat::slot_bytes() const {
+  const size_t s = key_bytes() + value_bytes();
+  return vllm_slot ? s + (s & 1) : s;
+}
+
+void KvFormat::encode_slots(const float* k, const float* v, int64_t n, uint8_t* slots) const {
+  TQ_CHECK(key->group_rows() == 1 && value->group_rows() == 1, "format '{}': group codecs have no per-token slots", name);
+  const size_t sb = slot_bytes(), kb = key_bytes(), vb = value_bytes();
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* s = slots + size_t(i) * sb;
+    key->encode(k + size_t(i) * size_t(head_dim), 1, s);
+    value->encode(v + size_t(i) * size_t(head_dim), 1, s + kb);
+    for (size_t p = kb + vb; p < sb; ++p) s[p] = 0;
+  }
+}
+
+void KvFormat::decode_slots(const uint8_t* slots, int64_t n, float* k, float* v) const {
+  TQ_CHECK(key->group_rows() == 1 && value->group_rows() == 1, "format '{}': group codecs have no per-token slots", name);
+  const size_t sb = slot_bytes(), kb = key_bytes();
+  for (int64_t i = 0; i < n; ++i) {
+    key->decode(slots + size_t(i) * sb, 1, k + size_t(i) * size_t(head_dim));
+    value->decode(slots + size_t(i) * sb + kb, 1, v + size_t(i) * size_t(head_dim));
+  }
+}
+
+KvFormat make_format(const std::string& name, int head_dim) {
+  TQ_CHECK(!name.empty(), "empty format name");
+  TQ_CHECK(head_dim >= 1 && head_dim <= 4096, "format '{}': head_dim {} out of range", name, head_dim);
+  Options o;
+  std::string desc;
+  const auto first = split(name, ',').front();
+  std::string rest = name;
+  if (first.find('=') == std::string::npos) {
+    const FormatEntry* e = find_preset(first);
+    if (!e) {
+      std::string known;
+      for (const auto& r : kRegistry) known += std::string(known.empty() ? "" : ", ") + r.name;
+      TQ_THROW("unknown format '{}' (registered: {}; or a spec such as k=mse4+nc,v=u4)", first, known);
+    }
+    o.apply(e->spec, name);
+    desc = e->description;
+    rest = name.size() > first.size() ? name.substr(first.size() + 1) : "";
+  }
+  o.apply(rest, name);
+  KvFormat f;
+  f.name = name;
+  f.head_dim = head_dim;
+  f.description = desc.empty() ? "spec" : desc;
+  const std::string layout = o.get("layout", "plain");
+  TQ_CHECK(layout == "plain" || layout == "vllm", "format '{}': layout '{}' unknown (plain or vllm)", name, layout);
+  f.vllm_slot = layout == "vllm";
+  try {
+    f.key = make_codec(o.get("k", "f16"), true, head_dim, o);
+    f.value = make_codec(o.get("v", "f16"), false, head_dim, o);
+  } catch (const Error& e) {
+    TQ_THROW("format '{}' at head_dim {}: {}", name, head_dim, e.what());
+  }
+  return f;
+}
+
+std::vector<std::string> expand_format_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& n) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
+  for (const auto& n : names) {
+    if (n == "all") {
+      for (const auto& e : kRegistry) add(e.name);
+    } else {
+      add(n);
+    }
+  }
+  return out;
+}
+
+std::string list_formats_text(int head_dim) {
+  Table t({"name", "key_bytes", "value_bytes", "slot_bytes", "bits_per_value", "description"});
+  for (const auto& e : kRegistry) {
+    try {
+      const KvFormat f = make_format(e.name, head_dim);
+      t.add({e.name, std::to_string(f.key_bytes()), std::to_string(f.value_bytes()), std::to_string(f.slot_bytes()),
+             fmt::format("{:.3f}", f.bits_per_value()), e.description});
+    } catch (const Error& err) {
+      t.add({e.name, "-", "-", "-", "-", std::string("unsupported: ") + err.what()});
+    }
+  }
+  return fmt::format("KV formats at head_dim {} (bytes per token-head; blocks of 128 count whole blocks)\n", head_dim) +
+         t.text();
+}
+
+Json list_formats_json(int head_dim) {
+  Json out = Json::array();
+  for (const auto& e : kRegistry) {
+    Json j = Json::object();
+    j.set("name", e.name);
+    try {
+      const KvFormat f = make_format(e.name, head_dim);
+      j.set("key_bytes", f.key_bytes());
+      j.set("value_bytes", f.value_bytes());
+      j.set("slot_bytes", f.slot_bytes());
+      j.set("bits_per_value", f.bits_per_value());
+    } catch (const Error& err) {
+      j.set("unsupported", err.what());
+    }
+    j.set("description", e.description);
+    out.push(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace tq
