@@ -63,6 +63,7 @@ class HadamardRotation final : public Rotation {
   std::string name() const override { return "hadamard"; }
   void apply(float* x) const override;
   void apply_inverse(float* x) const override { apply(x); }
+  float scale() const { return scale_; }  // float(1/√d)
 
  private:
   float scale_;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "tq/simd.h"
+
 namespace tq {
 
 class ScalarCodebook {
@@ -38,6 +40,7 @@ class ScalarCodebook {
   float lo_ = 0, inv_w_ = 0;
   int bins_ = 0;
   std::vector<Bin> bins_lut_;
+  Bucketizer bucketizer_;
   void build_lut();
 };
 

@@ -3,7 +3,9 @@
 // the scalar code, so results are bit-identical on every CPU (tested).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace tq {
 
@@ -12,6 +14,24 @@ namespace tq {
 void fwht(float* x, int n);
 // idx[j] = #{i < nm : y[j] ≥ mids[i]} (mids ascending).
 void bucketize(const float* y, int n, const float* mids, int nm, uint8_t* idx);
+
+// The same count with search tables built once (codebooks reuse them).
+class Bucketizer {
+ public:
+  Bucketizer() = default;
+  Bucketizer(const float* mids, int nm);
+  void operator()(const float* y, int n, uint8_t* idx) const;
+
+ private:
+  std::vector<float> mids_;
+  int levels_ = 0;  // binary-search levels when nm = 2^levels − 1 ≤ 15, else 0
+  alignas(32) float table_[4][8] = {};
+};
+
+// Packs 4-bit codes (even j low nibble); n even.
+void pack_nibbles(const uint8_t* codes, size_t n, uint8_t* out);
+// True when every |x_i| ≤ limit (false for NaN).
+bool all_within(const float* x, size_t n, float limit);
 // x[j] *= s for j < n.
 void scale_inplace(float* x, int n, float s);
 

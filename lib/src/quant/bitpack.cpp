@@ -3,14 +3,27 @@
 #include <cstring>
 #include <vector>
 
+#include "tq/simd.h"
+
 namespace tq {
 
 void pack_bits(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
   const size_t nb = packed_bytes(n, bits);
   if (bits == 8) { std::memcpy(out, codes, n); return; }
   if (bits == 4) {
-    for (size_t j = 0; j + 1 < n; j += 2) out[j >> 1] = uint8_t((codes[j] & 15) | (codes[j + 1] << 4));
+    pack_nibbles(codes, n & ~size_t(1), out);
     if (n & 1) out[n >> 1] = uint8_t(codes[n - 1] & 15);
+    return;
+  }
+  if (bits == 3 && n % 8 == 0) {  // 8 codes → 3 bytes
+    for (size_t g = 0; g < n / 8; ++g) {
+      const uint8_t* c = codes + 8 * g;
+      uint32_t w = 0;
+      for (int k = 0; k < 8; ++k) w |= uint32_t(c[k] & 7u) << (3 * k);
+      out[3 * g] = uint8_t(w);
+      out[3 * g + 1] = uint8_t(w >> 8);
+      out[3 * g + 2] = uint8_t(w >> 16);
+    }
     return;
   }
   std::memset(out, 0, nb);
@@ -27,6 +40,13 @@ void unpack_bits(const uint8_t* in, size_t n, int bits, uint8_t* codes) {
   if (bits == 8) { std::memcpy(codes, in, n); return; }
   if (bits == 4) {
     for (size_t j = 0; j < n; ++j) codes[j] = uint8_t((in[j >> 1] >> ((j & 1) * 4)) & 15);
+    return;
+  }
+  if (bits == 3 && n % 8 == 0) {
+    for (size_t g = 0; g < n / 8; ++g) {
+      const uint32_t w = uint32_t(in[3 * g]) | uint32_t(in[3 * g + 1]) << 8 | uint32_t(in[3 * g + 2]) << 16;
+      for (int k = 0; k < 8; ++k) codes[8 * g + size_t(k)] = uint8_t((w >> (3 * k)) & 7u);
+    }
     return;
   }
   const uint32_t mask = (1u << bits) - 1u;
@@ -53,10 +73,14 @@ __attribute__((target_clones("avx2", "default"))) float tree_reduce(const float*
   float* s = buf;
   int h = p >> 1;
   if (h > 2048) { big.resize(size_t(h)); s = big.data(); }
-  for (int i = 0; i < h; ++i) {
-    const float a = i < n ? (kSquare ? x[i] * x[i] : x[i]) : 0.0f;
-    const float b = i + h < n ? (kSquare ? x[i + h] * x[i + h] : x[i + h]) : 0.0f;
-    s[i] = a + b;
+  if (n == p) {  // power of two: no padding, vectorizable
+    for (int i = 0; i < h; ++i) s[i] = kSquare ? x[i] * x[i] + x[i + h] * x[i + h] : x[i] + x[i + h];
+  } else {
+    for (int i = 0; i < h; ++i) {
+      const float a = i < n ? (kSquare ? x[i] * x[i] : x[i]) : 0.0f;
+      const float b = i + h < n ? (kSquare ? x[i + h] * x[i + h] : x[i + h]) : 0.0f;
+      s[i] = a + b;
+    }
   }
   for (h >>= 1; h >= 1; h >>= 1)
     for (int i = 0; i < h; ++i) s[i] += s[i + h];

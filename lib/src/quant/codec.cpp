@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tq/error.h"
+#include "tq/simd.h"
 
 namespace tq {
 
@@ -40,6 +41,7 @@ double Codec::gaussian_max_envelope(int m) { return std::sqrt(2.0 * std::log(2.0
 
 void Codec::check_rows(const float* x, int64_t n) const {
   const size_t total = size_t(n) * size_t(d_);
+  if (all_within(x, total, 65504.0f)) return;  // the loop below only names the culprit
   for (size_t i = 0; i < total; ++i) {
     const float v = x[i];
     if (!(std::fabs(v) <= 65504.0f))

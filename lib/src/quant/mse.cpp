@@ -30,8 +30,15 @@ float MseCodec::rotate_unit(const float* x, float* y) const {
   const int d = dim();
   const float norm = std::sqrt(tree_sum_squares(x, d));
   std::memcpy(y, x, sizeof(float) * size_t(d));
-  rot_->apply(y);
   const float inv = 1.0f / (norm + 1e-8f);
+  if (const auto* h = dynamic_cast<const HadamardRotation*>(rot_.get())) {
+    // Same two roundings as apply() then ·inv, in one pass: (H x · 1/√d) · inv.
+    fwht(y, d);
+    const float s = h->scale();
+    for (int j = 0; j < d; ++j) y[j] = (y[j] * s) * inv;
+    return norm;
+  }
+  rot_->apply(y);
   for (int j = 0; j < d; ++j) y[j] *= inv;
   return norm;
 }

@@ -35,6 +35,7 @@ ScalarCodebook::ScalarCodebook(std::string source, std::vector<float> centroids,
 }
 
 void ScalarCodebook::build_lut() {
+  bucketizer_ = Bucketizer(m_.data(), int(m_.size()));
   // Bins of width ≤ half the smallest gap between midpoints: a computed bin
   // that is off by one still brackets y between prev and next (see index()).
   float min_gap = INFINITY;
@@ -75,8 +76,8 @@ uint8_t ScalarCodebook::index(float y) const {
 }
 
 void ScalarCodebook::index(const float* y, int n, uint8_t* idx) const {
-  if (m_.size() <= 15) {  // up to 4 bits: vectorized compare-and-count
-    bucketize(y, n, m_.data(), int(m_.size()), idx);
+  if (m_.size() <= 15) {  // up to 4 bits: vectorized search
+    bucketizer_(y, n, idx);
     return;
   }
   for (int j = 0; j < n; ++j) idx[j] = index(y[j]);

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Plots for a tq-ablate output directory (data from the C++ tool only).
+
+Usage: plot_ablation.py DIR   (reads DIR/summary.json, writes DIR/*.png and
+prints the names of the PNGs it wrote, one per line)
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(out_dir):
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        s = json.load(f)
+    written = []
+    dumps = [d["name"] for d in s["dumps"]]
+
+    # 1. Error vs bits per value (every format, each dump).
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for dump, marker in zip(dumps, "os^vD"):
+        rows = [f for f in s["formats"] if f["dump"] == dump and f["study"] in ("presets", "user", "kv-bits")]
+        for metric, ax in zip(("out_rel_err", "kl"), axes):
+            xs = [f["bits_per_value"] for f in rows]
+            ys = [max(f["overall"][metric], 1e-12) for f in rows]
+            ax.scatter(xs, ys, marker=marker, label=dump)
+            for f, x, y in zip(rows, xs, ys):
+                ax.annotate(f["format"], (x, y), fontsize=6, alpha=0.8)
+    for metric, ax in zip(("attention-output relative error", "KL(p || p_hat) [nats]"), axes):
+        ax.set_xlabel("bits per value (K and V)")
+        ax.set_ylabel(metric)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("Quality vs memory")
+    fig.tight_layout()
+    written.append("error_vs_bits.png")
+    fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
+    plt.close(fig)
+
+    # 2. Per-layer curves of the output error (presets study).
+    for dump in dumps:
+        rows = [f for f in s["formats"] if f["dump"] == dump and f["study"] in ("presets", "user")]
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(10, 5))
+        for f in rows:
+            if f["format"] in ("f32",):
+                continue
+            layers = [l["layer"] for l in f["per_layer"]]
+            ax.plot(layers, [max(l["out_rel_err"], 1e-12) for l in f["per_layer"]], label=f["format"], lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("attention-output relative error")
+        ax.set_title(f"{dump}: per-layer error")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=3)
+        fig.tight_layout()
+        written.append(f"per_layer_{dump}.png")
+        fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
+        plt.close(fig)
+
+    # 3. QJL vs MSE at equal bits: bias, variance, and what survives the softmax.
+    qjl = [f for f in s["formats"] if f["study"] == "qjl"]
+    if qjl:
+        metrics = [("ip_bias", "inner-product bias"), ("ip_var", "inner-product variance"),
+                   ("kl", "KL(p || p_hat)"), ("out_rel_err", "output rel. error")]
+        fig, axes = plt.subplots(1, len(metrics), figsize=(16, 4.5))
+        for ax, (metric, title) in zip(axes, metrics):
+            labels, vals, colors = [], [], []
+            for f in qjl:
+                labels.append(f"{f['dump']}\n{f['format'].replace('k=', '').split(',')[0]}")
+                vals.append(f["overall"][metric])
+                colors.append("tab:red" if "prod" in f["format"] else "tab:blue")
+            ax.bar(range(len(vals)), vals, color=colors)
+            ax.set_xticks(range(len(vals)))
+            ax.set_xticklabels(labels, rotation=90, fontsize=6)
+            ax.set_title(title)
+            if metric != "ip_bias":
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, axis="y")
+        fig.suptitle("QJL (prod<b>, red) vs MSE (mse<b>, blue) on keys at equal bits")
+        fig.tight_layout()
+        written.append("qjl_vs_mse.png")
+        fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
+        plt.close(fig)
+
+    for w in written:
+        print(w)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

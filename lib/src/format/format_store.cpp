@@ -1,0 +1,74 @@
+#include "tq/format_store.h"
+
+#include <cstdio>
+
+#include "tq/error.h"
+#include "tq/float_formats.h"
+
+namespace tq {
+
+FormatStore::FormatStore(KvFormat format, std::vector<bool> quantized_layers)
+    : format_(std::move(format)), quantized_(std::move(quantized_layers)) {}
+
+void FormatStore::roundtrip(int layer, int64_t n, int n_kv_heads, int head_dim, const float* k, const float* v,
+                            float* k_out, float* v_out) {
+  TQ_CHECK(head_dim == format_.head_dim, "format '{}' was built for head_dim {}, layer {} has {}", format_.name,
+           format_.head_dim, layer, head_dim);
+  const size_t d = size_t(head_dim), H = size_t(n_kv_heads);
+  if (layer >= 0 && size_t(layer) < quantized_.size() && !quantized_[size_t(layer)]) {
+    for (size_t i = 0; i < size_t(n) * H * d; ++i) {
+      k_out[i] = round_half(k[i]);
+      v_out[i] = round_half(v[i]);
+    }
+    return;
+  }
+  std::vector<float> rows(size_t(n) * d), back(size_t(n) * d);
+  std::vector<uint8_t> rec;
+  for (int side = 0; side < 2; ++side) {
+    const Codec& codec = side == 0 ? *format_.key : *format_.value;
+    const float* src = side == 0 ? k : v;
+    float* dst = side == 0 ? k_out : v_out;
+    rec.resize(codec.encoded_bytes(n));
+    for (size_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < n; ++t)
+        for (size_t j = 0; j < d; ++j) rows[size_t(t) * d + j] = src[(size_t(t) * H + h) * d + j];
+      try {
+        codec.encode(rows.data(), n, rec.data());
+      } catch (const Error& e) {
+        TQ_THROW("layer {} {} head {}: {}", layer, side == 0 ? "key" : "value", h, e.what());
+      }
+      codec.decode(rec.data(), n, back.data());
+      for (int64_t t = 0; t < n; ++t)
+        for (size_t j = 0; j < d; ++j) dst[(size_t(t) * H + h) * d + j] = back[size_t(t) * d + j];
+    }
+  }
+}
+
+std::vector<bool> quantized_layers(const std::string& spec, int n_layers) {
+  std::vector<bool> q(size_t(std::max(0, n_layers)), true);
+  if (spec.empty() || spec == "none") return q;
+  size_t i = 0;
+  while (i <= spec.size()) {
+    size_t j = spec.find(',', i);
+    if (j == std::string::npos) j = spec.size();
+    const std::string tok = spec.substr(i, j - i);
+    int a = 0, b = 0, c = 0;
+    char extra;
+    if (std::sscanf(tok.c_str(), "first%d%c", &c, &extra) == 1) {
+      TQ_CHECK(c >= 0 && c <= n_layers, "--skip-layers '{}': '{}' out of range (model has {} layers)", spec, tok, n_layers);
+      for (int l = 0; l < c; ++l) q[size_t(l)] = false;
+    } else if (std::sscanf(tok.c_str(), "last%d%c", &c, &extra) == 1) {
+      TQ_CHECK(c >= 0 && c <= n_layers, "--skip-layers '{}': '{}' out of range (model has {} layers)", spec, tok, n_layers);
+      for (int l = n_layers - c; l < n_layers; ++l) q[size_t(l)] = false;
+    } else if (std::sscanf(tok.c_str(), "%d-%d%c", &a, &b, &extra) == 2 || (std::sscanf(tok.c_str(), "%d%c", &a, &extra) == 1 && (b = a, true))) {
+      TQ_CHECK(a >= 0 && b >= a && b < n_layers, "--skip-layers '{}': '{}' outside 0..{}", spec, tok, n_layers - 1);
+      for (int l = a; l <= b; ++l) q[size_t(l)] = false;
+    } else {
+      TQ_THROW("--skip-layers '{}': '{}' is not firstN, lastN, a layer or a range a-b", spec, tok);
+    }
+    i = j + 1;
+  }
+  return q;
+}
+
+}  // namespace tq

@@ -1,0 +1,228 @@
+#include "tq/ablation_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "tq/table.h"
+
+namespace tq {
+
+namespace {
+
+struct Agg {  // means over heads (and layers)
+  double key_nmse = 0, value_nmse = 0, ip_bias = 0, ip_var = 0, ip_var_ratio = 0, logit_rmse = 0, kl = 0, top1 = 0,
+         topk = 0, out_rel_err = 0;
+  int n = 0;
+  void add(const HeadMetrics& m) {
+    key_nmse += m.key_nmse;
+    value_nmse += m.value_nmse;
+    ip_bias += m.ip_bias;
+    ip_var += m.ip_var;
+    ip_var_ratio += m.ip_var_ratio;
+    logit_rmse += m.logit_rmse;
+    kl += m.kl;
+    top1 += m.top1;
+    topk += m.topk;
+    out_rel_err += m.out_rel_err;
+    ++n;
+  }
+  Agg mean() const {
+    Agg a = *this;
+    const double k = n ? 1.0 / n : 0.0;
+    for (double* p : {&a.key_nmse, &a.value_nmse, &a.ip_bias, &a.ip_var, &a.ip_var_ratio, &a.logit_rmse, &a.kl, &a.top1,
+                      &a.topk, &a.out_rel_err})
+      *p *= k;
+    return a;
+  }
+  Json json() const {
+    Json j = Json::object();
+    j.set("key_nmse", key_nmse);
+    j.set("value_nmse", value_nmse);
+    j.set("ip_bias", ip_bias);
+    j.set("ip_var", ip_var);
+    j.set("ip_var_ratio", ip_var_ratio);
+    j.set("logit_rmse", logit_rmse);
+    j.set("kl", kl);
+    j.set("top1", top1);
+    j.set("topk", topk);
+    j.set("out_rel_err", out_rel_err);
+    return j;
+  }
+};
+
+// Rows of format i (dump d, name), grouped.
+struct FormatView {
+  Agg overall;
+  std::map<int, Agg> per_layer;
+  Agg first2, last2, middle;
+};
+
+std::vector<FormatView> views(const AblationResults& r) {
+  std::vector<FormatView> v(r.formats.size());
+  std::map<std::tuple<int, std::string, std::string>, size_t> index;
+  for (size_t i = 0; i < r.formats.size(); ++i) index[{r.format_dump[i], r.formats[i].name, r.formats[i].study}] = i;
+  std::map<std::string, int> dump_of;
+  for (size_t d = 0; d < r.dumps.size(); ++d) dump_of[r.dumps[d].name] = int(d);
+  for (const auto& m : r.rows) {
+    const int d = dump_of[m.dump];
+    auto it = index.find({d, m.format, m.study});
+    if (it == index.end()) continue;
+    FormatView& fv = v[it->second];
+    fv.overall.add(m);
+    fv.per_layer[m.layer].add(m);
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int nl = r.dumps[size_t(r.format_dump[i])].n_layers;
+    for (const auto& [layer, a] : v[i].per_layer) {
+      Agg& target = layer < 2 ? v[i].first2 : layer >= nl - 2 ? v[i].last2 : v[i].middle;
+      const Agg m = a.mean();
+      target.add(HeadMetrics{"", "", "", layer, 0, 0, m.key_nmse, m.value_nmse, m.ip_bias, m.ip_var, 0, m.ip_var_ratio,
+                             m.logit_rmse, m.kl, m.top1, m.topk, m.out_rel_err, 0, 0});
+    }
+  }
+  return v;
+}
+
+std::string sci(double x) { return fmt::format("{:.3e}", x); }
+std::string fix(double x, int p = 4) { return fmt::format("{:.{}f}", x, p); }
+
+}  // namespace
+
+Json ablation_summary_json(const AblationResults& r) {
+  Json j = Json::object();
+  j.set("schema", "tqkit-ablation/1");
+  j.set("command", r.command);
+  j.set("seconds", r.seconds);
+  j.set("threads", r.threads);
+  Json dumps = Json::array();
+  for (const auto& d : r.dumps) {
+    Json o = Json::object();
+    o.set("name", d.name);
+    o.set("path", d.path);
+    o.set("model", d.model);
+    o.set("arch", d.arch);
+    o.set("n_layers", d.n_layers);
+    o.set("n_heads", d.n_heads);
+    o.set("n_kv_heads", d.n_kv_heads);
+    o.set("head_dim", d.head_dim);
+    o.set("n_tokens", d.n_tokens);
+    dumps.push(std::move(o));
+  }
+  j.set("dumps", std::move(dumps));
+  const auto v = views(r);
+  Json formats = Json::array();
+  for (size_t i = 0; i < r.formats.size(); ++i) {
+    const auto& f = r.formats[i];
+    Json o = Json::object();
+    o.set("dump", r.dumps[size_t(r.format_dump[i])].name);
+    o.set("format", f.name);
+    o.set("study", f.study);
+    o.set("head_dim", f.head_dim);
+    o.set("key_bytes", f.key_bytes);
+    o.set("value_bytes", f.value_bytes);
+    o.set("slot_bytes", f.slot_bytes);
+    o.set("bits_per_value", f.bits_per_value);
+    o.set("eval_from", f.eval_from);
+    o.set("overall", v[i].overall.mean().json());
+    o.set("first2_layers", v[i].first2.mean().json());
+    o.set("middle_layers", v[i].middle.mean().json());
+    o.set("last2_layers", v[i].last2.mean().json());
+    Json layers = Json::array();
+    for (const auto& [layer, a] : v[i].per_layer) {
+      Json l = a.mean().json();
+      l.set("layer", layer);
+      layers.push(std::move(l));
+    }
+    o.set("per_layer", std::move(layers));
+    formats.push(std::move(o));
+  }
+  j.set("formats", std::move(formats));
+  // Per head_dim: mean over dumps of that head_dim, per format name.
+  std::map<std::pair<int, std::string>, Agg> by_dim;
+  for (size_t i = 0; i < r.formats.size(); ++i) {
+    const Agg m = v[i].overall.mean();
+    by_dim[{r.formats[i].head_dim, r.formats[i].name + " (" + r.formats[i].study + ")"}].add(
+        HeadMetrics{"", "", "", 0, 0, 0, m.key_nmse, m.value_nmse, m.ip_bias, m.ip_var, 0, m.ip_var_ratio, m.logit_rmse,
+                    m.kl, m.top1, m.topk, m.out_rel_err, 0, 0});
+  }
+  Json per_dim = Json::array();
+  for (const auto& [key, a] : by_dim) {
+    Json o = a.mean().json();
+    o.set("head_dim", key.first);
+    o.set("format", key.second);
+    per_dim.push(std::move(o));
+  }
+  j.set("per_head_dim", std::move(per_dim));
+  return j;
+}
+
+std::string ablation_summary_table(const AblationResults& r) {
+  const auto v = views(r);
+  std::string out;
+  for (size_t d = 0; d < r.dumps.size(); ++d) {
+    const auto& dump = r.dumps[d];
+    out += fmt::format("\n{} ({}, head_dim {}, {} layers, {} tokens) — means over layers and KV heads\n", dump.name,
+                       dump.model, dump.head_dim, dump.n_layers, dump.n_tokens);
+    Table t({"format", "study", "bits/val", "key_nmse", "val_nmse", "ip_bias", "ip_var/pred", "logit_rmse", "KL",
+             "top1", "top8", "out_err", "out_err first2/mid/last2"});
+    for (size_t i = 0; i < r.formats.size(); ++i) {
+      if (r.format_dump[i] != int(d)) continue;
+      const Agg a = v[i].overall.mean();
+      t.add({r.formats[i].name, r.formats[i].study, fix(r.formats[i].bits_per_value, 3), sci(a.key_nmse), sci(a.value_nmse),
+             sci(a.ip_bias), fix(a.ip_var_ratio, 3), sci(a.logit_rmse), sci(a.kl), fix(a.top1), fix(a.topk),
+             sci(a.out_rel_err),
+             fmt::format("{:.2e}/{:.2e}/{:.2e}", v[i].first2.mean().out_rel_err, v[i].middle.mean().out_rel_err,
+                         v[i].last2.mean().out_rel_err)});
+    }
+    out += t.text();
+  }
+  return out;
+}
+
+std::string ablation_report_markdown(const AblationResults& r, const std::vector<std::string>& plots) {
+  const auto v = views(r);
+  std::string md = "# tq-ablate report\n\n";
+  md += fmt::format("Command:\n\n```\n{}\n```\n\n", r.command);
+  md += fmt::format("Wall time {:.1f} s on {} thread(s).\n\n", r.seconds, r.threads);
+  md += "Metrics (per KV head, query group pooled; means over layers and heads): key/value NMSE; inner-product "
+        "error q·k̂ − q·k (bias, and its variance over the prediction ‖q‖²‖k−k̂‖²/d); RMS of the scaled logit "
+        "error; KL(p‖p̂) of the attention weights (nats); top-1 and top-8 agreement; attention-output relative "
+        "error ‖o−ô‖/‖o‖. Columns first2/mid/last2 split the output error by layer position.\n";
+  for (size_t d = 0; d < r.dumps.size(); ++d) {
+    const auto& dump = r.dumps[d];
+    md += fmt::format("\n## {} — {} ({}), head_dim {}, {} layers, {} tokens\n\n", dump.name, dump.model, dump.arch,
+                      dump.head_dim, dump.n_layers, dump.n_tokens);
+    md += fmt::format("Dump: `{}`\n\n", dump.path);
+    std::vector<std::string> studies;
+    for (size_t i = 0; i < r.formats.size(); ++i)
+      if (r.format_dump[i] == int(d) && std::find(studies.begin(), studies.end(), r.formats[i].study) == studies.end())
+        studies.push_back(r.formats[i].study);
+    for (const auto& study : studies) {
+      md += fmt::format("\n### {}\n\n", study);
+      if (study == "codebook") md += "Empirical codebooks are fitted on the first half of the tokens; every row of this study is evaluated on the second half only.\n\n";
+      Table t({"format", "bits/val", "slot B", "key NMSE", "value NMSE", "ip bias", "ip var/pred", "logit RMSE", "KL",
+               "top-1", "top-8", "out err", "out err first2 / mid / last2"});
+      for (size_t i = 0; i < r.formats.size(); ++i) {
+        if (r.format_dump[i] != int(d) || r.formats[i].study != study) continue;
+        const Agg a = v[i].overall.mean();
+        t.add({"`" + r.formats[i].name + "`", fix(r.formats[i].bits_per_value, 3), std::to_string(r.formats[i].slot_bytes),
+               sci(a.key_nmse), sci(a.value_nmse), sci(a.ip_bias), fix(a.ip_var_ratio, 3), sci(a.logit_rmse), sci(a.kl),
+               fix(a.top1), fix(a.topk), sci(a.out_rel_err),
+               fmt::format("{:.2e} / {:.2e} / {:.2e}", v[i].first2.mean().out_rel_err, v[i].middle.mean().out_rel_err,
+                           v[i].last2.mean().out_rel_err)});
+      }
+      md += t.markdown();
+    }
+  }
+  if (!plots.empty()) {
+    md += "\n## Plots\n\n";
+    for (const auto& p : plots) md += fmt::format("![{}]({})\n\n", p, p);
+  }
+  return md;
+}
+
+}  // namespace tq
