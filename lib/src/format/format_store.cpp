@@ -1,9 +1,9 @@
 #include "tq/format_store.h"
 
-#include <cstdio>
 
 #include "tq/error.h"
 #include "tq/float_formats.h"
+#include "tq/layer_list.h"
 
 namespace tq {
 
@@ -47,27 +47,7 @@ void FormatStore::roundtrip(int layer, int64_t n, int n_kv_heads, int head_dim, 
 std::vector<bool> quantized_layers(const std::string& spec, int n_layers) {
   std::vector<bool> q(size_t(std::max(0, n_layers)), true);
   if (spec.empty() || spec == "none") return q;
-  size_t i = 0;
-  while (i <= spec.size()) {
-    size_t j = spec.find(',', i);
-    if (j == std::string::npos) j = spec.size();
-    const std::string tok = spec.substr(i, j - i);
-    int a = 0, b = 0, c = 0;
-    char extra;
-    if (std::sscanf(tok.c_str(), "first%d%c", &c, &extra) == 1) {
-      TQ_CHECK(c >= 0 && c <= n_layers, "--skip-layers '{}': '{}' out of range (model has {} layers)", spec, tok, n_layers);
-      for (int l = 0; l < c; ++l) q[size_t(l)] = false;
-    } else if (std::sscanf(tok.c_str(), "last%d%c", &c, &extra) == 1) {
-      TQ_CHECK(c >= 0 && c <= n_layers, "--skip-layers '{}': '{}' out of range (model has {} layers)", spec, tok, n_layers);
-      for (int l = n_layers - c; l < n_layers; ++l) q[size_t(l)] = false;
-    } else if (std::sscanf(tok.c_str(), "%d-%d%c", &a, &b, &extra) == 2 || (std::sscanf(tok.c_str(), "%d%c", &a, &extra) == 1 && (b = a, true))) {
-      TQ_CHECK(a >= 0 && b >= a && b < n_layers, "--skip-layers '{}': '{}' outside 0..{}", spec, tok, n_layers - 1);
-      for (int l = a; l <= b; ++l) q[size_t(l)] = false;
-    } else {
-      TQ_THROW("--skip-layers '{}': '{}' is not firstN, lastN, a layer or a range a-b", spec, tok);
-    }
-    i = j + 1;
-  }
+  for (int l : parse_layer_list(spec, n_layers, "--skip-layers")) q[size_t(l)] = false;
   return q;
 }
 

@@ -1,0 +1,101 @@
+// tq-eval: perplexity and KL divergence of a GGUF model whose KV cache is
+// stored in given formats, against an fp16 cache (llama-perplexity method).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "tq/app.h"
+#include "tq/error.h"
+#include "tq/format.h"
+#include "tq/json.h"
+#include "tq/kv_store_basic.h"
+#include "tq/layer_list.h"
+#include "tq/model.h"
+#include "tq/paths.h"
+#include "tq/perplexity.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tq-eval: perplexity / KLD of a model with its KV cache in a given format (reference: fp16 cache)"};
+  std::string model_path, text_path = tq::default_text_path(), skip_layers = "none";
+  std::vector<std::string> formats;
+  int ctx = 512, chunks = -1, threads = 0;
+  bool json = false, list_formats = false;
+  int list_head_dim = 128;
+  app.add_option("--model", model_path, "GGUF model file (see data/fetch_models.sh)");
+  app.add_option("--text", text_path, "UTF-8 evaluation text (default: the data/fetch_text.sh corpus)")
+      ->capture_default_str();
+  app.add_option("--format", formats,
+                 "KV format(s) or specs to evaluate against the f16 reference (repeatable; 'all' = every preset)");
+  app.add_option("--ctx", ctx, "context window n_ctx; positions n_ctx/2..n_ctx-2 are scored")->capture_default_str();
+  app.add_option("--chunks", chunks, "evaluate at most this many chunks (-1: all)")->capture_default_str();
+  app.add_option("--skip-layers", skip_layers, "layers kept in fp16, e.g. first2,last2 or 0,1,28-29")
+      ->capture_default_str();
+  app.add_option("--threads", threads, "threads for the forward passes (0: all)")->capture_default_str();
+  app.add_flag("--json", json, "machine-readable output");
+  app.add_flag("--list-formats", list_formats, "list registered formats and their sizes");
+  app.add_option("--head-dim", list_head_dim, "head_dim for --list-formats")->capture_default_str();
+
+  return tq::run_tool("tq-eval", app, argc, argv, [&]() -> int {
+    if (list_formats) {
+      std::fputs(json ? (tq::list_formats_json(list_head_dim).dump(2) + "\n").c_str()
+                      : tq::list_formats_text(list_head_dim).c_str(),
+                 stdout);
+      return 0;
+    }
+    TQ_CHECK(!model_path.empty(), "--model is required");
+    formats = tq::expand_format_names(formats);
+    TQ_CHECK(ctx >= 8, "--ctx {} is too small (at least 8)", ctx);
+    TQ_CHECK(chunks == -1 || chunks >= 1, "--chunks {} must be -1 or at least 1", chunks);
+    TQ_CHECK(threads >= 0, "--threads {} must be ≥ 0", threads);
+    tq::check_layer_list_syntax(skip_layers, "--skip-layers");
+    const std::string text = tq::read_text_file(text_path);
+    TQ_CHECK(!text.empty(), "{}: the text is empty", text_path);
+
+    const tq::Model model = tq::Model::load(model_path, /*verbose=*/false);
+    const tq::ModelConfig& c = model.config();
+    tq::KvStoreOptions so;
+    so.n_layers = c.n_layers;
+    so.head_dim = c.head_dim;
+    so.skip_layers = skip_layers;
+    (void)tq::parse_layer_list(skip_layers, c.n_layers, "--skip-layers");  // range check
+    std::vector<std::unique_ptr<tq::KvStore>> stores;
+    std::vector<std::pair<std::string, tq::KvStore*>> list;
+    for (const std::string& f : formats) {
+      stores.push_back(tq::make_kv_store(f, so));
+      list.emplace_back(f, stores.back().get());
+    }
+    const auto base = tq::make_kv_store("f16", so);
+    if (!json) std::fputs(model.load_log().c_str(), stderr);
+
+    tq::EvalOptions opt;
+    opt.n_ctx = ctx;
+    opt.max_chunks = chunks;
+    opt.n_threads = threads;
+    std::unique_ptr<tq::Progress> bar;
+    const auto results = tq::evaluate_perplexity(model, text, base.get(), list, opt, [&](int done, int total) {
+      if (!bar) bar = std::make_unique<tq::Progress>("tq-eval: chunks", total);
+      bar->update(done);
+    });
+    if (bar) bar->finish();
+
+    if (json) {  // one object per format (the f16 reference first)
+      tq::Json arr = tq::Json::array();
+      for (const auto& r : results) {
+        tq::Json j = r.to_json();
+        j.set("model", c.name).set("arch", c.arch).set("source_file", model_path).set("text", text_path);
+        j.set("n_ctx", ctx).set("skip_layers", skip_layers).set("reference", "f16");
+        arr.push(std::move(j));
+      }
+      std::printf("%s\n", arr.dump(2).c_str());
+    } else {
+      std::printf("%s (%s), %s, n_ctx %d, reference: f16 KV cache, fp16 layers: %s\n", c.name.c_str(), c.arch.c_str(),
+                  text_path.c_str(), ctx, skip_layers.c_str());
+      std::fputs(tq::perplexity_report(results).c_str(), stdout);
+    }
+    return 0;
+  });
+}

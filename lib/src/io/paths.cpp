@@ -1,0 +1,26 @@
+#include "tq/paths.h"
+
+#include <cstdlib>
+
+#include "tq/error.h"
+
+namespace tq {
+
+std::string cache_dir() {
+  if (const char* c = std::getenv("TQ_CACHE"); c && *c) return c;
+  const char* home = std::getenv("HOME");
+  TQ_CHECK(home && *home, "cannot locate the tqkit cache: neither TQ_CACHE nor HOME is set");
+  return std::string(home) + "/.cache/tqkit";
+}
+
+std::string default_model_path(const std::string& name) {
+  TQ_CHECK(!name.empty(), "default_model_path: empty model name");
+  std::string file = name;
+  if (name == "smollm2") file = kSmolLM2File;
+  else if (name == "gemma3") file = kGemma3File;
+  return cache_dir() + "/models/" + file;
+}
+
+std::string default_text_path() { return cache_dir() + "/text/jargon-part1.txt"; }
+
+}  // namespace tq

@@ -1,0 +1,387 @@
+#include "tq/model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numbers>
+#include <thread>
+
+#include <Eigen/Dense>
+#include <fmt/format.h>
+
+#include "tq/error.h"
+#include "tq/gguf.h"
+#include "gemm.h"
+
+namespace tq {
+
+namespace {
+
+using Vec = Eigen::VectorXf;
+
+int resolve_threads(int n) {
+  if (n > 0) return n;
+  const unsigned h = std::thread::hardware_concurrency();
+  return h == 0 ? 1 : int(std::min(h, 64u));
+}
+
+// Runs fn(task) for task in [0, n_tasks) on up to n_threads threads (the
+// calling thread included); tasks are handed out dynamically.
+void parallel_for(int n_threads, int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+  const int t = int(std::min<int64_t>(n_threads, n_tasks));
+  if (t <= 1) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t i; (i = next.fetch_add(1)) < n_tasks;) fn(i);
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(size_t(t - 1));
+  for (int i = 1; i < t; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+}
+
+// Y = X · Wᵀ (X [n, in], W [out, in] row-major, Y [n, out]); rows of X, or
+// for few rows the output columns, split across threads.
+void matmul_t(const RowMatrix& X, const RowMatrix& W, RowMatrix& Y, int n_threads) {
+  TQ_ASSERT(X.cols() == W.cols());
+  Y.resize(X.rows(), W.rows());
+  const int64_t n = X.rows(), out = W.rows(), k = X.cols();
+  if (n >= 24 * n_threads) {
+    const int64_t step = ((n + n_threads - 1) / n_threads + 5) / 6 * 6;  // whole 6-row tiles
+    parallel_for(n_threads, n_threads, [&](int64_t t) {
+      const int64_t r0 = t * step, r1 = std::min(n, r0 + step);
+      if (r0 < r1) detail::gemm_nt(r1 - r0, out, k, X.data() + r0 * k, k, W.data(), k, Y.data() + r0 * out, out);
+    });
+  } else {
+    const int64_t step = ((out + n_threads - 1) / n_threads + 15) / 16 * 16;
+    parallel_for(n_threads, n_threads, [&](int64_t t) {
+      const int64_t c0 = t * step, c1 = std::min(out, c0 + step);
+      if (c0 < c1) detail::gemm_nt(n, c1 - c0, k, X.data(), k, W.data() + c0 * k, k, Y.data() + c0, out);
+    });
+  }
+}
+
+// In place: each row x of X (or each head_dim segment when seg > 0) becomes
+// x / sqrt(mean(x²) + eps) · w. Sum of squares in double, as ggml does.
+void rms_norm_rows(float* x, int64_t rows, int64_t width, const Vec& w, float eps) {
+  TQ_ASSERT(w.size() == width);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = x + r * width;
+    double ss = 0;
+    for (int64_t i = 0; i < width; ++i) ss += double(p[i]) * double(p[i]);
+    const float scale = float(1.0 / std::sqrt(ss / double(width) + double(eps)));
+    for (int64_t i = 0; i < width; ++i) p[i] = p[i] * scale * w[i];
+  }
+}
+
+struct Layer {
+  Vec attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffw_norm;
+  RowMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+}  // namespace
+
+struct Model::Impl {
+  ModelConfig cfg;
+  Tokenizer tok;
+  std::string log;
+  RowMatrix tok_embd;             // [n_vocab, n_embd]
+  RowMatrix output;               // [n_vocab, n_embd]; empty when tied to tok_embd
+  Vec output_norm;
+  std::vector<Layer> layers;
+
+  const RowMatrix& out_weight() const { return output.size() ? output : tok_embd; }
+  void rope(float* x, int64_t n, int n_head, const LayerConfig& lc) const;
+  void attention(const RowMatrix& Q, const RowMatrix& K, const RowMatrix& V, RowMatrix& O, const LayerConfig& lc,
+                 bool no_window, int n_threads) const;
+};
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+const ModelConfig& Model::config() const { return impl_->cfg; }
+const Tokenizer& Model::tokenizer() const { return impl_->tok; }
+const std::string& Model::load_log() const { return impl_->log; }
+
+std::string ModelConfig::summary() const {
+  std::string s = fmt::format(
+      "model '{}' (arch {}): {} layers, n_embd {}, n_ff {}, {} query heads, {} KV heads, head_dim {}, n_rot {}, "
+      "vocab {}, rms_eps {:g}, embedding scale {:g}, RoPE {}{}{}{}\n",
+      name, arch, n_layers, n_embd, n_ff, n_heads, n_kv_heads, head_dim, n_rot, n_vocab, rms_eps, embd_scale,
+      rope_neox ? "NEOX" : "NORM", qk_norm ? ", QK-norm" : "", post_norms ? ", post-norms" : "",
+      gelu ? ", GELU-tanh FFN" : ", SwiGLU FFN");
+  // One line per distinct layer setting, listing the layers that use it.
+  std::vector<bool> done(layers.size(), false);
+  for (size_t a = 0; a < layers.size(); ++a) {
+    if (done[a]) continue;
+    std::string ids;
+    for (size_t i = a; i < layers.size(); ++i) {
+      const LayerConfig &x = layers[i], &y = layers[a];
+      if (x.rope_theta == y.rope_theta && x.sliding_window == y.sliding_window && x.attn_scale == y.attn_scale) {
+        ids += fmt::format("{}{}", ids.empty() ? "" : ",", i);
+        done[i] = true;
+      }
+    }
+    s += fmt::format("  layers {}: rope_theta {:g}, {}, attn_scale {:g}\n", ids, layers[a].rope_theta,
+                     layers[a].sliding_window ? fmt::format("sliding window {}", layers[a].sliding_window) : "global",
+                     layers[a].attn_scale);
+  }
+  return s;
+}
+
+namespace {
+
+Vec load_vec(const GgufFile& f, const std::string& name, int64_t n) {
+  const GgufTensor& t = f.tensor(name);
+  TQ_CHECK(t.n_elements() == n && t.n_rows() == 1, "{}: tensor '{}' has shape {}, expected [{}]", f.path(), name,
+           t.shape_string(), n);
+  Vec v(n);
+  f.dequantize_rows(t, 0, 1, v.data());
+  return v;
+}
+
+RowMatrix load_mat(const GgufFile& f, const std::string& name, int64_t in, int64_t out, int n_threads) {
+  const GgufTensor& t = f.tensor(name);
+  TQ_CHECK(t.n_dims == 2 && t.ne[0] == in && t.ne[1] == out, "{}: tensor '{}' has shape {}, expected [{}, {}]",
+           f.path(), name, t.shape_string(), in, out);
+  RowMatrix m(out, in);
+  const int64_t step = 1024;
+  parallel_for(n_threads, (out + step - 1) / step, [&](int64_t b) {
+    const int64_t r0 = b * step, r1 = std::min(out, r0 + step);
+    f.dequantize_rows(t, r0, r1 - r0, m.data() + r0 * in);
+  });
+  return m;
+}
+
+}  // namespace
+
+Model Model::load(const std::string& path, bool verbose) {
+  const GgufFile f = GgufFile::open(path);
+  const std::string arch = f.get_string("general.architecture");
+  TQ_CHECK(arch == "llama" || arch == "gemma3", "{}: architecture '{}' is not supported (expected llama or gemma3)",
+           path, arch);
+  auto im = std::make_unique<Impl>(Impl{ModelConfig{}, Tokenizer::from_gguf(f), {}, {}, {}, {}, {}});
+  ModelConfig& c = im->cfg;
+  c.path = path;
+  c.arch = arch;
+  c.name = f.get_string("general.name", "");
+  const std::string p = c.arch + ".";
+  const bool gemma = c.arch == "gemma3";
+  c.n_layers = int(f.get_u32(p + "block_count"));
+  c.n_embd = int(f.get_u32(p + "embedding_length"));
+  c.n_ff = int(f.get_u32(p + "feed_forward_length"));
+  c.n_heads = int(f.get_u32(p + "attention.head_count"));
+  c.n_kv_heads = int(f.get_u32(p + "attention.head_count_kv", uint32_t(c.n_heads)));
+  TQ_CHECK(c.n_layers > 0 && c.n_layers <= 1024 && c.n_embd > 0 && c.n_ff > 0 && c.n_heads > 0 && c.n_kv_heads > 0,
+           "{}: implausible hyperparameters: {} layers, n_embd {}, n_ff {}, {} heads, {} KV heads", path, c.n_layers,
+           c.n_embd, c.n_ff, c.n_heads, c.n_kv_heads);
+  TQ_CHECK(c.n_heads % c.n_kv_heads == 0, "{}: {} query heads are not a multiple of {} KV heads", path, c.n_heads,
+           c.n_kv_heads);
+  c.head_dim = int(f.get_u32(p + "attention.key_length", uint32_t(c.n_embd / c.n_heads)));
+  const int v_dim = int(f.get_u32(p + "attention.value_length", uint32_t(c.head_dim)));
+  TQ_CHECK(v_dim == c.head_dim && c.head_dim > 0 && c.head_dim % 2 == 0,
+           "{}: key_length {} / value_length {} are not supported (must be equal and even)", path, c.head_dim, v_dim);
+  c.n_rot = int(f.get_u32(p + "rope.dimension_count", uint32_t(c.head_dim)));
+  TQ_CHECK(c.n_rot > 0 && c.n_rot <= c.head_dim && c.n_rot % 2 == 0, "{}: rope.dimension_count {} is invalid", path,
+           c.n_rot);
+  c.rms_eps = f.get_f32(p + "attention.layer_norm_rms_epsilon");
+  const float theta = f.get_f32(p + "rope.freq_base", 10000.0f);
+  const GgufTensor& embd = f.tensor("token_embd.weight");
+  TQ_CHECK(embd.n_dims == 2 && embd.ne[0] == c.n_embd, "{}: token_embd.weight has shape {}, expected [{}, n_vocab]",
+           path, embd.shape_string(), c.n_embd);
+  c.n_vocab = int(embd.ne[1]);
+  TQ_CHECK(c.n_vocab == im->tok.n_vocab(), "{}: token_embd.weight has {} rows but the tokenizer {} tokens", path,
+           c.n_vocab, im->tok.n_vocab());
+
+  const float attn_scale = float(1.0 / std::sqrt(double(c.head_dim)));
+  if (gemma) {
+    // Gemma 3: embeddings scaled by √n_embd; 5 sliding-window layers then 1
+    // global (llama.cpp swa pattern 6; not in the GGUF); sliding layers use
+    // RoPE base 10000 (llama.cpp rope_freq_base_train_swa; not in the GGUF).
+    c.embd_scale = std::sqrt(float(c.n_embd));
+    c.rope_neox = c.qk_norm = c.post_norms = c.gelu = true;
+    const int window = int(f.get_u32(p + "attention.sliding_window", 512));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const bool global = l % 6 == 5;
+      c.layers.push_back({global ? theta : 10000.0f, global ? 0 : window, attn_scale});
+    }
+  } else {
+    for (int l = 0; l < c.n_layers; ++l) c.layers.push_back({theta, 0, attn_scale});
+  }
+
+  im->log = fmt::format("{}: GGUF v{}, {} tensors: {}\n", path, f.version(), f.tensors().size(),
+                        f.type_histogram_text()) +
+            c.summary();
+  if (verbose) std::fputs(im->log.c_str(), stderr);
+
+  const int nt = resolve_threads(0);
+  const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  im->tok_embd = load_mat(f, "token_embd.weight", c.n_embd, c.n_vocab, nt);
+  if (f.find_tensor("output.weight")) im->output = load_mat(f, "output.weight", c.n_embd, c.n_vocab, nt);
+  im->output_norm = load_vec(f, "output_norm.weight", c.n_embd);
+  im->layers.resize(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    Layer& L = im->layers[size_t(l)];
+    const std::string b = fmt::format("blk.{}.", l);
+    L.attn_norm = load_vec(f, b + "attn_norm.weight", c.n_embd);
+    L.ffn_norm = load_vec(f, b + "ffn_norm.weight", c.n_embd);
+    L.wq = load_mat(f, b + "attn_q.weight", c.n_embd, q_dim, nt);
+    L.wk = load_mat(f, b + "attn_k.weight", c.n_embd, kv_dim, nt);
+    L.wv = load_mat(f, b + "attn_v.weight", c.n_embd, kv_dim, nt);
+    L.wo = load_mat(f, b + "attn_output.weight", q_dim, c.n_embd, nt);
+    L.w_gate = load_mat(f, b + "ffn_gate.weight", c.n_embd, c.n_ff, nt);
+    L.w_up = load_mat(f, b + "ffn_up.weight", c.n_embd, c.n_ff, nt);
+    L.w_down = load_mat(f, b + "ffn_down.weight", c.n_ff, c.n_embd, nt);
+    if (c.qk_norm) {
+      L.q_norm = load_vec(f, b + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = load_vec(f, b + "attn_k_norm.weight", c.head_dim);
+    }
+    if (c.post_norms) {
+      L.post_attn_norm = load_vec(f, b + "post_attention_norm.weight", c.n_embd);
+      L.post_ffw_norm = load_vec(f, b + "post_ffw_norm.weight", c.n_embd);
+    }
+  }
+  return Model(std::move(im));
+}
+
+// RoPE in place on x [n, n_head, head_dim]: position p, pair k (0 ≤ k < n_rot/2)
+// rotated by angle p · θ^(−2k/n_rot). NORM pairs (2k, 2k+1); NEOX pairs (k, k + n_rot/2).
+void Model::Impl::rope(float* x, int64_t n, int n_head, const LayerConfig& lc) const {
+  const int hd = cfg.head_dim, half = cfg.n_rot / 2;
+  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+  std::vector<double> freq(static_cast<size_t>(half));
+  for (int k = 0; k < half; ++k) freq[size_t(k)] = std::pow(double(lc.rope_theta), -2.0 * k / double(cfg.n_rot));
+  for (int64_t p = 0; p < n; ++p) {
+    for (int k = 0; k < half; ++k) {
+      const double a = double(p) * freq[size_t(k)];
+      cs[size_t(k)] = float(std::cos(a));
+      sn[size_t(k)] = float(std::sin(a));
+    }
+    for (int h = 0; h < n_head; ++h) {
+      float* v = x + (p * n_head + h) * hd;
+      for (int k = 0; k < half; ++k) {
+        const int i0 = cfg.rope_neox ? k : 2 * k, i1 = cfg.rope_neox ? k + half : 2 * k + 1;
+        const float a = v[i0], b = v[i1];
+        v[i0] = a * cs[size_t(k)] - b * sn[size_t(k)];
+        v[i1] = a * sn[size_t(k)] + b * cs[size_t(k)];
+      }
+    }
+  }
+}
+
+// Causal (and sliding-window) softmax attention, one task per (head, block of
+// query rows); keys outside [i − window + 1, i] are never multiplied. Both
+// products are NT GEMMs: S = q·kᵀ, O = P·(Vᵀ)ᵀ with V transposed per KV head.
+void Model::Impl::attention(const RowMatrix& Q, const RowMatrix& K, const RowMatrix& V, RowMatrix& O,
+                            const LayerConfig& lc, bool no_window, int n_threads) const {
+  const int64_t n = Q.rows();
+  const int hd = cfg.head_dim, nh = cfg.n_heads, group = cfg.n_heads / cfg.n_kv_heads;
+  const int64_t window = no_window ? 0 : lc.sliding_window;
+  constexpr int64_t kBlock = 64;
+  const int64_t n_blocks = (n + kBlock - 1) / kBlock;
+  O.resize(n, int64_t(nh) * hd);
+  RowMatrix vt(int64_t(cfg.n_kv_heads) * hd, n);  // row g·hd + d: V[:, g, d]
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < vt.rows(); ++c) vt(c, i) = V(i, c);
+  parallel_for(n_threads, nh * n_blocks, [&](int64_t task) {
+    const int h = int(task / n_blocks);
+    const int64_t r0 = (task % n_blocks) * kBlock, r1 = std::min(n, r0 + kBlock), rb = r1 - r0;
+    const int g = h / group;
+    const int64_t c0 = window > 0 ? std::max<int64_t>(0, r0 - window + 1) : 0, nk = r1 - c0;
+    RowMatrix s(rb, nk);
+    detail::gemm_nt(rb, nk, hd, Q.data() + r0 * Q.cols() + int64_t(h) * hd, Q.cols(),
+                    K.data() + c0 * K.cols() + int64_t(g) * hd, K.cols(), s.data(), nk);
+    for (int64_t i = 0; i < rb; ++i) {
+      const int64_t pos = r0 + i;
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) - c0 : 0;  // first allowed key
+      const int64_t hi = pos - c0;                                                     // last allowed key
+      auto row = s.row(i);
+      if (lo > 0) row.head(lo).setZero();
+      if (hi + 1 < nk) row.tail(nk - hi - 1).setZero();
+      auto seg = row.segment(lo, hi - lo + 1);
+      seg *= lc.attn_scale;
+      const float m = seg.maxCoeff();
+      seg = (seg.array() - m).exp();
+      seg /= seg.sum();
+    }
+    detail::gemm_nt(rb, hd, nk, s.data(), nk, vt.data() + int64_t(g) * hd * n + c0, n,
+                    O.data() + r0 * O.cols() + int64_t(h) * hd, O.cols());
+  });
+}
+
+RowMatrix Model::forward(const std::vector<int32_t>& tokens, KvStore* store, int64_t logits_from,
+                         LayerCapture* capture, const ForwardOptions& opt) const {
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.cfg;
+  const int64_t n = int64_t(tokens.size());
+  TQ_CHECK(n > 0, "forward: no tokens");
+  for (int64_t i = 0; i < n; ++i)
+    TQ_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < c.n_vocab, "forward: token {} at position {} is not in [0, {})",
+             tokens[size_t(i)], i, c.n_vocab);
+  TQ_CHECK(logits_from <= n, "forward: logits_from {} beyond {} tokens", logits_from, n);
+  const int nt = resolve_threads(opt.n_threads);
+  const int hd = c.head_dim;
+
+  RowMatrix h(n, c.n_embd);
+  for (int64_t i = 0; i < n; ++i) h.row(i) = m.tok_embd.row(tokens[size_t(i)]) * c.embd_scale;
+
+  RowMatrix a, q, k, v, o, t, gate, up;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = m.layers[size_t(l)];
+    const LayerConfig& lc = c.layers[size_t(l)];
+    a = h;
+    rms_norm_rows(a.data(), n, c.n_embd, L.attn_norm, c.rms_eps);
+    matmul_t(a, L.wq, q, nt);
+    matmul_t(a, L.wk, k, nt);
+    matmul_t(a, L.wv, v, nt);
+    if (c.qk_norm) {
+      rms_norm_rows(q.data(), n * c.n_heads, hd, L.q_norm, c.rms_eps);
+      rms_norm_rows(k.data(), n * c.n_kv_heads, hd, L.k_norm, c.rms_eps);
+    }
+    m.rope(q.data(), n, c.n_heads, lc);
+    m.rope(k.data(), n, c.n_kv_heads, lc);
+    if (capture) capture->capture(l, n, q.data(), k.data(), v.data());
+    if (store) store->roundtrip(l, n, c.n_kv_heads, hd, k.data(), v.data(), k.data(), v.data());
+    m.attention(q, k, v, o, lc, opt.disable_sliding_window, nt);
+    matmul_t(o, L.wo, t, nt);
+    if (c.post_norms) rms_norm_rows(t.data(), n, c.n_embd, L.post_attn_norm, c.rms_eps);
+    h += t;
+
+    a = h;
+    rms_norm_rows(a.data(), n, c.n_embd, L.ffn_norm, c.rms_eps);
+    matmul_t(a, L.w_gate, gate, nt);
+    matmul_t(a, L.w_up, up, nt);
+    if (c.gelu) {
+      const float k0 = std::sqrt(2.0f / std::numbers::pi_v<float>);
+      parallel_for(nt, gate.rows(), [&](int64_t r) {
+        auto g = gate.row(r).array();
+        g = 0.5f * g * (1.0f + (k0 * (g + 0.044715f * g * g * g)).tanh());
+      });
+    } else {
+      parallel_for(nt, gate.rows(), [&](int64_t r) {
+        auto g = gate.row(r).array();
+        g = g / (1.0f + (-g).exp());
+      });
+    }
+    gate.array() *= up.array();
+    matmul_t(gate, L.w_down, t, nt);
+    if (c.post_norms) rms_norm_rows(t.data(), n, c.n_embd, L.post_ffw_norm, c.rms_eps);
+    h += t;
+  }
+
+  if (logits_from < 0 || logits_from == n) return RowMatrix(0, c.n_vocab);
+  RowMatrix hf = h.bottomRows(n - logits_from);
+  rms_norm_rows(hf.data(), hf.rows(), c.n_embd, m.output_norm, c.rms_eps);
+  RowMatrix logits;
+  matmul_t(hf, m.out_weight(), logits, nt);
+  return logits;
+}
+
+}  // namespace tq

@@ -1,0 +1,78 @@
+// Prefill throughput of the CPU forward passes: tokens/s at n_ctx 512 for
+// SmolLM2 (and Gemma 3 when fetched), without logits and with logits for the
+// second half of the window (what perplexity scoring computes), f16 KV store.
+// Run: build/tests/bench_prefill [--ctx N] [--reps N] [--threads N]
+// Needs the fetched models (data/fetch_models.sh); a plain main, no Google Benchmark.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tq/error.h"
+#include "tq/kv_store_basic.h"
+#include "tq/model.h"
+#include "tq/paths.h"
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void bench(const std::string& name, int ctx, int reps, int threads) {
+  const std::string path = tq::default_model_path(name);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    std::printf("%-8s not present (%s): run data/fetch_models.sh\n", name.c_str(), path.c_str());
+    return;
+  }
+  const double t0 = now_s();
+  const tq::Model m = tq::Model::load(path, false);
+  const double load = now_s() - t0;
+  // Deterministic pseudo-text: a token sequence cycling through the vocabulary.
+  std::vector<int32_t> tokens(static_cast<size_t>(ctx));
+  for (int i = 0; i < ctx; ++i) tokens[size_t(i)] = int32_t((1000 + 7919 * i) % m.config().n_vocab);
+  tq::F16Store f16;
+  tq::ForwardOptions opt;
+  opt.n_threads = threads;
+  for (const bool with_logits : {false, true}) {
+    std::vector<double> times;
+    for (int r = 0; r < reps; ++r) {
+      const double s = now_s();
+      const auto logits = m.forward(tokens, &f16, with_logits ? ctx / 2 : ctx, nullptr, opt);
+      times.push_back(now_s() - s);
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    std::printf("%-8s ctx %d %-22s %8.1f tokens/s  (median of %d: %.3f s; load %.2f s)\n", name.c_str(), ctx,
+                with_logits ? "+ logits 2nd half" : "prefill, no logits", ctx / med, reps, med, load);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ctx = 512, reps = 3, threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+  }
+  if (ctx < 2 || reps < 1) {
+    std::fprintf(stderr, "usage: bench_prefill [--ctx N>=2] [--reps N>=1] [--threads N]\n");
+    return 2;
+  }
+  try {
+    bench("smollm2", ctx, reps, threads);
+    bench("gemma3", ctx, reps, threads);
+  } catch (const tq::Error& e) {
+    std::fprintf(stderr, "bench_prefill: error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

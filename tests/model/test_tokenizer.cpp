@@ -1,0 +1,154 @@
+// Tokenizers of the real model files against known ids.
+//
+// SmolLM2 (gpt2/smollm): the smoke vectors of shared/MODELS.md §3 hold, and
+// the whole evaluation corpus was cross-checked once against Hugging Face
+// `tokenizers` (transformers' GGUF conversion): identical 18448 ids.
+// Gemma 3 (llama/SPM): ids below were cross-checked against the sentencepiece
+// library running a BPE model built from the GGUF vocabulary and scores; the
+// whole corpus agrees except where runs of 2+ spaces occur (see the test
+// "user-defined tokens are cut out first").
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "model_files.h"
+#include "tq/error.h"
+#include "tq/gguf.h"
+#include "tq/json.h"
+#include "tq/tokenizer.h"
+
+using tq::GgufFile;
+using tq::Tokenizer;
+using Ids = std::vector<int32_t>;
+
+namespace {
+
+const Tokenizer& smollm2() {
+  static const Tokenizer t = Tokenizer::from_gguf(GgufFile::open(tqtest::require_model("smollm2")));
+  return t;
+}
+const Tokenizer& gemma3() {
+  static const Tokenizer t = Tokenizer::from_gguf(GgufFile::open(tqtest::require_model("gemma3")));
+  return t;
+}
+
+const std::vector<std::string> kVaried = {
+    "Hello world! 123",
+    "The capital of France is",
+    "\n",
+    "  leading spaces, trailing spaces   ",
+    "tabs\tand\nnewlines\n\n\nand CRLF\r\n",
+    "naïve café — “quotes” and ‘apostrophes’ … ½ ¾",
+    "日本語のテキスト、中文文本，한국어 텍스트",
+    "emoji 🙂🚀👩‍💻 and flags 🇫🇷",
+    "Ελληνικά, русский текст, עברית, العربية",
+    "code: for (int i = 0; i < n; ++i) { x[i] += 3.14e-5; }",
+    "it's they're we've I'm you'll he'd IT'S",
+    "numbers 0 12 345 6789 1,234,567.89 1e10",
+    "<bos><eos><|endoftext|><|im_start|> control tokens as text",
+    "<b>bold</b> <table><tr><td>cell</td></tr></table>",
+    std::string("\x01\x02\x7f odd bytes"),
+    "",
+};
+
+}  // namespace
+
+TEST_CASE("smollm2 tokenizer: smoke vectors from MODELS.md", "[model][tokenizer]") {
+  const Tokenizer& t = smollm2();
+  CHECK(t.kind() == Tokenizer::Kind::Gpt2Bpe);
+  CHECK(t.n_vocab() == 49152);
+  CHECK(t.bos_id() == 1);
+  CHECK(t.eos_id() == 2);
+  CHECK_FALSE(t.add_bos());
+  CHECK(t.encode("Hello world! 123") == Ids{19556, 905, 17, 216, 33, 34, 35});
+  CHECK(t.encode("The capital of France is") == Ids{504, 3575, 282, 4649, 314});
+  CHECK(t.encode("\n") == Ids{198});
+  CHECK(t.token_text(216) == "\xC4\xA0");  // "Ġ": a lone space before the digits
+  CHECK(t.encode("x", true, false) == Ids{1, t.find_token("x")});
+}
+
+TEST_CASE("smollm2 tokenizer: digits are split one by one, specials stay text", "[model][tokenizer]") {
+  const Tokenizer& t = smollm2();
+  const Ids ids = t.encode("2024");
+  REQUIRE(ids.size() == 4);
+  for (int i = 0; i < 4; ++i) CHECK(t.token_text(ids[size_t(i)]) == std::string(1, "2024"[i]));
+  // Control tokens are text unless special parsing is asked for.
+  const Ids plain = t.encode("<|im_start|>");
+  CHECK(plain.size() > 1);
+  CHECK(t.encode("<|im_start|>", false, true) == Ids{1});
+  CHECK(t.decode({1, 504}) == "The");  // control tokens are dropped
+  CHECK_THROWS_AS(t.encode(std::string("bad \xff utf8")), tq::Error);
+}
+
+TEST_CASE("smollm2 tokenizer: decode(encode(s)) == s and encode is deterministic", "[model][tokenizer]") {
+  const Tokenizer& t = smollm2();
+  for (const std::string& s : kVaried) {
+    INFO(s);
+    const Ids a = t.encode(s);
+    CHECK(t.decode(a) == s);
+    CHECK(t.encode(s) == a);
+  }
+}
+
+TEST_CASE("smollm2 tokenizer: the corpus round-trips", "[model][tokenizer]") {
+  const std::string text = tq::read_text_file(tqtest::require_text());
+  const Ids ids = smollm2().encode(text);
+  CHECK(ids.size() == 18448);  // also the count of Hugging Face tokenizers (cross-check, see top)
+  CHECK(smollm2().decode(ids) == text);
+}
+
+TEST_CASE("gemma3 tokenizer: BOS, known ids, byte fallback", "[model][tokenizer]") {
+  TQ_REQUIRE_GEMMA();
+  const Tokenizer& t = gemma3();
+  CHECK(t.kind() == Tokenizer::Kind::SentencePiece);
+  CHECK(t.n_vocab() == 262144);
+  CHECK(t.bos_id() == 2);
+  CHECK(t.eos_id() == 1);
+  CHECK(t.add_bos());
+  // Cross-checked with sentencepiece (BPE model from the GGUF vocab/scores).
+  CHECK(t.encode("The capital of France is") == Ids{2, 818, 5279, 529, 7001, 563});
+  CHECK(t.encode("Hello world! 123") == Ids{2, 9259, 1902, 236888, 236743, 236770, 236778, 236800});
+  CHECK(t.encode("naïve café 日本語 🙂 it's 3.14") ==
+        Ids{2, 1789, 238527, 560, 33443, 33375, 238582, 57235, 625, 236789, 236751, 236743, 236800, 236761, 236770,
+            236812});
+  CHECK(t.token_text(818) == "The");
+  CHECK(t.token_text(5279) == "\xE2\x96\x81" "capital");  // ▁capital
+  CHECK(t.encode("", true, false) == Ids{2});
+  CHECK(t.encode("x", false, false).front() != 2);
+  // A character outside the vocabulary falls back to <0xXX> byte tokens.
+  CHECK(t.encode("\xF0\xAA\x9B\x96", false, false) == Ids{478, 408, 393, 388});  // U+2A6D6
+  CHECK(t.token_text(478) == "<0xF0>");
+  CHECK(t.decode({2, 478, 408, 393, 388}) == "\xF0\xAA\x9B\x96");
+}
+
+TEST_CASE("gemma3 tokenizer: user-defined tokens are cut out first (llama.cpp)", "[model][tokenizer]") {
+  TQ_REQUIRE_GEMMA();
+  const Tokenizer& t = gemma3();
+  // "\n\n" (108), two spaces (138) and tab (255968) are user-defined tokens:
+  // llama.cpp splits them out of the raw text before the SPM merges. The
+  // sentencepiece library instead escapes spaces first, giving "b", "▁", "▁c".
+  // This is the only difference found on the corpus (runs of 2+ spaces).
+  CHECK(t.encode("a\n\nb  c\td") == Ids{2, 236746, 108, 236763, 138, 236755, 255968, 236753});
+  CHECK(t.encode("<b>bold</b>", false, false) == Ids{200, 15640, 209});
+  // Control tokens are text unless special parsing is on.
+  CHECK(t.encode("<bos>", false, false) != Ids{2});
+  CHECK(t.encode("<bos>", false, true) == Ids{2});
+}
+
+TEST_CASE("gemma3 tokenizer: decode(encode(s)) == s and encode is deterministic", "[model][tokenizer]") {
+  TQ_REQUIRE_GEMMA();
+  const Tokenizer& t = gemma3();
+  for (const std::string& s : kVaried) {
+    INFO(s);
+    const Ids a = t.encode(s);
+    REQUIRE(!a.empty());
+    CHECK(a.front() == 2);
+    CHECK(t.decode(a) == s);
+    CHECK(t.encode(s) == a);
+  }
+  const std::string text = tq::read_text_file(tqtest::require_text());
+  const Ids ids = t.encode(text);
+  CHECK(ids.size() == 18158);
+  CHECK(t.decode(ids) == text);
+}
