@@ -13,7 +13,7 @@ using namespace tq;
 
 namespace {
 struct Naive {
-  double key_nmse, value_nmse, bias, var, pred, ratio, logit_rmse, kl, top1, topk, out;
+  double key_nmse, value_nmse, bias, slope, var, pred, ratio, logit_rmse, kl, top1, topk, out;
 };
 
 Naive naive(const AblationLayer& L, const KvFormat& f, int h, int topk, int64_t t0) {
@@ -40,7 +40,7 @@ Naive naive(const AblationLayer& L, const KvFormat& f, int h, int topk, int64_t 
     }
   r.key_nmse = ke / kn;
   r.value_nmse = ve / vn;
-  double s1 = 0, s2 = 0, pred = 0, kl = 0, top1 = 0, tk = 0, oe = 0, on = 0;
+  double s1 = 0, s2 = 0, sll = 0, slh = 0, pred = 0, kl = 0, top1 = 0, tk = 0, oe = 0, on = 0;
   int64_t pairs = 0, queries = 0;
   for (int g = 0; g < G; ++g) {
     const int qh = h * G + g;
@@ -62,6 +62,8 @@ Naive naive(const AblationLayer& L, const KvFormat& f, int h, int topk, int64_t 
         lh.push_back(b);
         s1 += b - a;
         s2 += (b - a) * (b - a);
+        sll += a * a;
+        slh += a * b;
         pred += qn * e2 / d;
         ++pairs;
       }
@@ -100,6 +102,7 @@ Naive naive(const AblationLayer& L, const KvFormat& f, int h, int topk, int64_t 
     }
   }
   r.bias = s1 / double(pairs);
+  r.slope = slh / sll;
   r.var = s2 / double(pairs) - r.bias * r.bias;
   r.pred = pred / double(pairs);
   r.ratio = (s2 / double(pairs)) / r.pred;
@@ -150,6 +153,7 @@ TEST_CASE("ablation: every metric equals a naive float64 computation", "[ablatio
           CHECK(close(m.value_nmse, n.value_nmse));
           CHECK(std::fabs(m.ip_bias - n.bias) <= 1e-4 * std::sqrt(n.var + n.bias * n.bias) + 1e-6);
           CHECK(close(m.ip_var, n.var));
+          CHECK(close(m.ip_slope, n.slope));
           CHECK(close(m.ip_var_pred, n.pred));
           CHECK(close(m.ip_var_ratio, n.ratio));
           CHECK(close(m.logit_rmse, n.logit_rmse));

@@ -5,6 +5,9 @@
 // masked on sliding-window layers), per KV head (its query group pooled):
 //   key_nmse, value_nmse     Σ‖k − k̂‖²/Σ‖k‖² (and v) over the head's tokens
 //   ip_bias, ip_var          mean and variance of q·k̂ − q·k over causal pairs
+//   ip_slope                 Σ (q·k̂)(q·k) / Σ (q·k)²: the multiplicative bias
+//                            (MSE quantizers shrink inner products, < 1; the
+//                            QJL estimator is unbiased over S, ≈ 1)
 //   ip_var_pred, ip_var_ratio  the variance predicted from the key error,
 //                            mean ‖q_i‖²‖k_j − k̂_j‖²/d ("Var(Δlogit) ∝ MSE/d"),
 //                            and measured E[(q·k̂ − q·k)²] / predicted
@@ -46,7 +49,7 @@ struct HeadMetrics {
   std::string dump, format, study;
   int layer = 0, kv_head = 0, head_dim = 0;
   double key_nmse = 0, value_nmse = 0;
-  double ip_bias = 0, ip_var = 0, ip_var_pred = 0, ip_var_ratio = 0;
+  double ip_bias = 0, ip_var = 0, ip_var_pred = 0, ip_var_ratio = 0, ip_slope = 0;
   double logit_rmse = 0, kl = 0, top1 = 0, topk = 0, out_rel_err = 0;
   int64_t n_queries = 0, n_pairs = 0;
 };

@@ -137,7 +137,7 @@ std::vector<HeadMetrics> ablate_layer(const AblationLayer& L, const std::vector<
       std::vector<double> pre(size_t(T) + 1, 0.0);
       for (int64_t j = 0; j < T; ++j)
         pre[size_t(j) + 1] = pre[size_t(j)] + (j >= t0 ? double((K.row(j) - Kh.row(j)).cast<double>().squaredNorm()) : 0.0);
-      double s1 = 0, s2 = 0, pred = 0, kl = 0, top1 = 0, topk = 0, oerr = 0, onorm = 0;
+      double s1 = 0, s2 = 0, sll = 0, slh = 0, pred = 0, kl = 0, top1 = 0, topk = 0, oerr = 0, onorm = 0;
       int64_t pairs = 0, queries = 0;
       std::vector<int64_t> hat_top;
       for (int g = 0; g < G; ++g) {
@@ -150,6 +150,8 @@ std::vector<HeadMetrics> ablate_layer(const AblationLayer& L, const std::vector<
           const Eigen::ArrayXd diff = (lh - l).cast<double>();
           s1 += diff.sum();
           s2 += diff.square().sum();
+          sll += l.cast<double>().square().sum();
+          slh += (l.cast<double>() * lh.cast<double>()).sum();
           // KL(p‖p̂) = Σ p (log p − log p̂) = LSE(l̂) − LSE(l) − scale·Σ p (l̂ − l): no per-pair log.
           const double lse_hat = softmax_row(logits_hat.row(i).data(), lo, i, scale, p_hat.row(i).data());
           kl += std::max(0.0, lse_hat - r.lse[size_t(i)] - double(scale) * (p.cast<double>() * diff).sum());
@@ -174,6 +176,7 @@ std::vector<HeadMetrics> ablate_layer(const AblationLayer& L, const std::vector<
       m.ip_bias = s1 / double(pairs);
       m.ip_var = s2 / double(pairs) - m.ip_bias * m.ip_bias;
       m.ip_var_pred = pred / double(pairs);
+      m.ip_slope = sll > 0 ? slh / sll : 0.0;
       m.ip_var_ratio = m.ip_var_pred > 0 ? (s2 / double(pairs)) / m.ip_var_pred : 0.0;
       m.logit_rmse = std::sqrt(s2 / double(pairs)) * std::fabs(double(scale));
       m.kl = kl / double(queries);
@@ -186,13 +189,13 @@ std::vector<HeadMetrics> ablate_layer(const AblationLayer& L, const std::vector<
 }
 
 std::string metrics_csv_header() {
-  return "dump,format,study,layer,kv_head,head_dim,key_nmse,value_nmse,ip_bias,ip_var,ip_var_pred,ip_var_ratio,logit_rmse,"
+  return "dump,format,study,layer,kv_head,head_dim,key_nmse,value_nmse,ip_bias,ip_slope,ip_var,ip_var_pred,ip_var_ratio,logit_rmse,"
          "kl,top1,topk,out_rel_err,n_queries,n_pairs";
 }
 
 std::string metrics_csv_row(const HeadMetrics& m) {
-  return fmt::format("{},\"{}\",{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{:.6e},{:.6f},{:.6e},{:.6e},{:.6f},{:.6f},{:.6e},{},{}",
-                     m.dump, m.format, m.study, m.layer, m.kv_head, m.head_dim, m.key_nmse, m.value_nmse, m.ip_bias, m.ip_var,
+  return fmt::format("{},\"{}\",{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6f},{:.6e},{:.6e},{:.6f},{:.6e},{:.6e},{:.6f},{:.6f},{:.6e},{},{}",
+                     m.dump, m.format, m.study, m.layer, m.kv_head, m.head_dim, m.key_nmse, m.value_nmse, m.ip_bias, m.ip_slope, m.ip_var,
                      m.ip_var_pred, m.ip_var_ratio, m.logit_rmse, m.kl, m.top1, m.topk, m.out_rel_err, m.n_queries,
                      m.n_pairs);
 }

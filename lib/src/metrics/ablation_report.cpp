@@ -14,13 +14,14 @@ namespace tq {
 namespace {
 
 struct Agg {  // means over heads (and layers)
-  double key_nmse = 0, value_nmse = 0, ip_bias = 0, ip_var = 0, ip_var_ratio = 0, logit_rmse = 0, kl = 0, top1 = 0,
-         topk = 0, out_rel_err = 0;
+  double key_nmse = 0, value_nmse = 0, ip_bias = 0, ip_slope = 0, ip_var = 0, ip_var_ratio = 0, logit_rmse = 0, kl = 0,
+         top1 = 0, topk = 0, out_rel_err = 0;
   int n = 0;
   void add(const HeadMetrics& m) {
     key_nmse += m.key_nmse;
     value_nmse += m.value_nmse;
     ip_bias += m.ip_bias;
+    ip_slope += m.ip_slope;
     ip_var += m.ip_var;
     ip_var_ratio += m.ip_var_ratio;
     logit_rmse += m.logit_rmse;
@@ -33,7 +34,7 @@ struct Agg {  // means over heads (and layers)
   Agg mean() const {
     Agg a = *this;
     const double k = n ? 1.0 / n : 0.0;
-    for (double* p : {&a.key_nmse, &a.value_nmse, &a.ip_bias, &a.ip_var, &a.ip_var_ratio, &a.logit_rmse, &a.kl, &a.top1,
+    for (double* p : {&a.key_nmse, &a.value_nmse, &a.ip_bias, &a.ip_slope, &a.ip_var, &a.ip_var_ratio, &a.logit_rmse, &a.kl, &a.top1,
                       &a.topk, &a.out_rel_err})
       *p *= k;
     return a;
@@ -43,6 +44,7 @@ struct Agg {  // means over heads (and layers)
     j.set("key_nmse", key_nmse);
     j.set("value_nmse", value_nmse);
     j.set("ip_bias", ip_bias);
+    j.set("ip_slope", ip_slope);
     j.set("ip_var", ip_var);
     j.set("ip_var_ratio", ip_var_ratio);
     j.set("logit_rmse", logit_rmse);
@@ -53,6 +55,23 @@ struct Agg {  // means over heads (and layers)
     return j;
   }
 };
+
+HeadMetrics as_metrics(const Agg& a, int layer) {
+  HeadMetrics m;
+  m.layer = layer;
+  m.key_nmse = a.key_nmse;
+  m.value_nmse = a.value_nmse;
+  m.ip_bias = a.ip_bias;
+  m.ip_slope = a.ip_slope;
+  m.ip_var = a.ip_var;
+  m.ip_var_ratio = a.ip_var_ratio;
+  m.logit_rmse = a.logit_rmse;
+  m.kl = a.kl;
+  m.top1 = a.top1;
+  m.topk = a.topk;
+  m.out_rel_err = a.out_rel_err;
+  return m;
+}
 
 // Rows of format i (dump d, name), grouped.
 struct FormatView {
@@ -80,8 +99,7 @@ std::vector<FormatView> views(const AblationResults& r) {
     for (const auto& [layer, a] : v[i].per_layer) {
       Agg& target = layer < 2 ? v[i].first2 : layer >= nl - 2 ? v[i].last2 : v[i].middle;
       const Agg m = a.mean();
-      target.add(HeadMetrics{"", "", "", layer, 0, 0, m.key_nmse, m.value_nmse, m.ip_bias, m.ip_var, 0, m.ip_var_ratio,
-                             m.logit_rmse, m.kl, m.top1, m.topk, m.out_rel_err, 0, 0});
+      target.add(as_metrics(m, layer));
     }
   }
   return v;
@@ -145,9 +163,7 @@ Json ablation_summary_json(const AblationResults& r) {
   std::map<std::pair<int, std::string>, Agg> by_dim;
   for (size_t i = 0; i < r.formats.size(); ++i) {
     const Agg m = v[i].overall.mean();
-    by_dim[{r.formats[i].head_dim, r.formats[i].name + " (" + r.formats[i].study + ")"}].add(
-        HeadMetrics{"", "", "", 0, 0, 0, m.key_nmse, m.value_nmse, m.ip_bias, m.ip_var, 0, m.ip_var_ratio, m.logit_rmse,
-                    m.kl, m.top1, m.topk, m.out_rel_err, 0, 0});
+    by_dim[{r.formats[i].head_dim, r.formats[i].name + " (" + r.formats[i].study + ")"}].add(as_metrics(m, 0));
   }
   Json per_dim = Json::array();
   for (const auto& [key, a] : by_dim) {
@@ -167,13 +183,13 @@ std::string ablation_summary_table(const AblationResults& r) {
     const auto& dump = r.dumps[d];
     out += fmt::format("\n{} ({}, head_dim {}, {} layers, {} tokens) — means over layers and KV heads\n", dump.name,
                        dump.model, dump.head_dim, dump.n_layers, dump.n_tokens);
-    Table t({"format", "study", "bits/val", "key_nmse", "val_nmse", "ip_bias", "ip_var/pred", "logit_rmse", "KL",
+    Table t({"format", "study", "bits/val", "key_nmse", "val_nmse", "ip_slope", "ip_var/pred", "logit_rmse", "KL",
              "top1", "top8", "out_err", "out_err first2/mid/last2"});
     for (size_t i = 0; i < r.formats.size(); ++i) {
       if (r.format_dump[i] != int(d)) continue;
       const Agg a = v[i].overall.mean();
       t.add({r.formats[i].name, r.formats[i].study, fix(r.formats[i].bits_per_value, 3), sci(a.key_nmse), sci(a.value_nmse),
-             sci(a.ip_bias), fix(a.ip_var_ratio, 3), sci(a.logit_rmse), sci(a.kl), fix(a.top1), fix(a.topk),
+             fix(a.ip_slope, 4), fix(a.ip_var_ratio, 3), sci(a.logit_rmse), sci(a.kl), fix(a.top1), fix(a.topk),
              sci(a.out_rel_err),
              fmt::format("{:.2e}/{:.2e}/{:.2e}", v[i].first2.mean().out_rel_err, v[i].middle.mean().out_rel_err,
                          v[i].last2.mean().out_rel_err)});
@@ -189,7 +205,7 @@ std::string ablation_report_markdown(const AblationResults& r, const std::vector
   md += fmt::format("Command:\n\n```\n{}\n```\n\n", r.command);
   md += fmt::format("Wall time {:.1f} s on {} thread(s).\n\n", r.seconds, r.threads);
   md += "Metrics (per KV head, query group pooled; means over layers and heads): key/value NMSE; inner-product "
-        "error q·k̂ − q·k (bias, and its variance over the prediction ‖q‖²‖k−k̂‖²/d); RMS of the scaled logit "
+        "error q·k̂ − q·k (additive bias; slope Σ(q·k̂)(q·k)/Σ(q·k)², the multiplicative bias: MSE quantizers shrink, < 1; and the error variance over the prediction ‖q‖²‖k−k̂‖²/d); RMS of the scaled logit "
         "error; KL(p‖p̂) of the attention weights (nats); top-1 and top-8 agreement; attention-output relative "
         "error ‖o−ô‖/‖o‖. Columns first2/mid/last2 split the output error by layer position.\n";
   for (size_t d = 0; d < r.dumps.size(); ++d) {
@@ -204,13 +220,13 @@ std::string ablation_report_markdown(const AblationResults& r, const std::vector
     for (const auto& study : studies) {
       md += fmt::format("\n### {}\n\n", study);
       if (study == "codebook") md += "Empirical codebooks are fitted on the first half of the tokens; every row of this study is evaluated on the second half only.\n\n";
-      Table t({"format", "bits/val", "slot B", "key NMSE", "value NMSE", "ip bias", "ip var/pred", "logit RMSE", "KL",
+      Table t({"format", "bits/val", "slot B", "key NMSE", "value NMSE", "ip bias", "ip slope", "ip var/pred", "logit RMSE", "KL",
                "top-1", "top-8", "out err", "out err first2 / mid / last2"});
       for (size_t i = 0; i < r.formats.size(); ++i) {
         if (r.format_dump[i] != int(d) || r.formats[i].study != study) continue;
         const Agg a = v[i].overall.mean();
         t.add({"`" + r.formats[i].name + "`", fix(r.formats[i].bits_per_value, 3), std::to_string(r.formats[i].slot_bytes),
-               sci(a.key_nmse), sci(a.value_nmse), sci(a.ip_bias), fix(a.ip_var_ratio, 3), sci(a.logit_rmse), sci(a.kl),
+               sci(a.key_nmse), sci(a.value_nmse), sci(a.ip_bias), fix(a.ip_slope, 4), fix(a.ip_var_ratio, 3), sci(a.logit_rmse), sci(a.kl),
                fix(a.top1), fix(a.topk), sci(a.out_rel_err),
                fmt::format("{:.2e} / {:.2e} / {:.2e}", v[i].first2.mean().out_rel_err, v[i].middle.mean().out_rel_err,
                            v[i].last2.mean().out_rel_err)});

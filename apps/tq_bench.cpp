@@ -1,0 +1,242 @@
+// tq-bench: time the GPU store/decode kernels per format against the FP16
+// baseline decode and the measured device-copy bandwidth (or, with --cpu, the
+// CPU reference codecs).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "tq/app.h"
+#include "tq/attention.h"
+#include "tq/error.h"
+#include "tq/format.h"
+#include "tq/json.h"
+#include "tq/rng.h"
+#include "tq/table.h"
+#ifdef TQ_HAVE_CUDA
+#include "tq/cuda/bench.h"
+#include "tq/cuda/device.h"
+#include "tq/cuda/kernel_format.h"
+#endif
+
+namespace {
+
+struct Args {
+  std::vector<std::string> formats{"turboquant_4bit_nc"};
+  int batch = 32, q_heads = 32, kv_heads = 8, head_dim = 128, ctx = 4096, splits = 0, block_size = 16;
+  int reps = 30, warmup = 5;
+  int64_t store_tokens = 0;
+  double copy_gb = 2.0;
+  std::string pages = "shuffled";
+  bool json = false, cpu = false, list = false;
+};
+
+std::string shape_text(const Args& a) {
+  return fmt::format("batch {}, q_heads {}, kv_heads {}, head_dim {}, ctx {}, block_size {}, {} pages", a.batch,
+                     a.q_heads, a.kv_heads, a.head_dim, a.ctx, a.block_size, a.pages);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- CPU reference timing (single thread) ----
+int run_cpu(const Args& a) {
+  const auto names = tq::expand_format_names(a.formats);
+  const int g = a.q_heads / a.kv_heads;
+  TQ_CHECK(a.q_heads % a.kv_heads == 0, "--q-heads {} must be a multiple of --kv-heads {}", a.q_heads, a.kv_heads);
+  // Encode: up to 2^16 token-heads; decode: one kv head over up to 8192 tokens, extrapolated
+  // to the whole shape (batch · kv_heads such heads of ctx tokens).
+  const int64_t n_enc = std::min<int64_t>(int64_t(a.batch) * a.ctx * a.kv_heads, 1 << 16);
+  const int64_t n_dec = std::min(a.ctx, 8192);
+  tq::Rng rng(1);
+  std::vector<float> k(size_t(n_enc) * a.head_dim), v(k.size()), q(size_t(g) * a.head_dim), out(q.size());
+  for (auto& x : k) x = float(rng.gaussian());
+  for (auto& x : v) x = float(0.3 + rng.gaussian());
+  for (auto& x : q) x = float(rng.gaussian());
+  tq::Json rows = tq::Json::array();
+  tq::Table table({"format", "slot_B", "encode_Mvec/s", "decode_ms(1 head, T tok)", "T", "decode_est_ms(full shape)"});
+  for (const auto& name : names) {
+    const tq::KvFormat f = tq::make_format(name, a.head_dim);
+    std::vector<uint8_t> slots(size_t(n_enc) * f.slot_bytes());
+    auto t0 = std::chrono::steady_clock::now();
+    f.encode_slots(k.data(), v.data(), n_enc, slots.data());
+    const double enc_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const int64_t nd = std::min(n_dec, n_enc);
+    tq::decode_attention(f, q.data(), g, slots.data(), nd, float(1.0 / std::sqrt(double(a.head_dim))), out.data());
+    const double dec_s = seconds_since(t0);
+    const double est_ms = dec_s * 1e3 * double(a.batch) * a.kv_heads * (double(a.ctx) / double(nd));
+    tq::Json j = tq::Json::object();
+    j.set("format", name);
+    j.set("mode", "cpu");
+    j.set("slot_bytes", f.slot_bytes());
+    j.set("encode_vectors", n_enc);
+    j.set("encode_mvec_per_s", double(n_enc) / enc_s / 1e6);
+    j.set("decode_tokens", nd);
+    j.set("decode_ms_one_head", dec_s * 1e3);
+    j.set("decode_est_ms_full_shape", est_ms);
+    rows.push(std::move(j));
+    table.add({name, std::to_string(f.slot_bytes()), fmt::format("{:.2f}", double(n_enc) / enc_s / 1e6),
+               fmt::format("{:.3f}", dec_s * 1e3), std::to_string(nd), fmt::format("{:.1f}", est_ms)});
+  }
+  if (a.json) {
+    std::printf("%s\n", rows.dump(2).c_str());
+  } else {
+    std::printf("tq-bench --cpu (single thread, CPU reference codecs), %s\n%s", shape_text(a).c_str(),
+                table.text().c_str());
+  }
+  return 0;
+}
+
+#ifdef TQ_HAVE_CUDA
+int run_gpu(const Args& a) {
+  const auto names = tq::expand_format_names(a.formats);
+  tq::cuda::BenchShape s;
+  s.batch = a.batch;
+  s.n_q_heads = a.q_heads;
+  s.n_kv_heads = a.kv_heads;
+  s.head_dim = a.head_dim;
+  s.ctx = a.ctx;
+  s.block_size = a.block_size;
+  s.num_splits = a.splits;
+  TQ_CHECK(a.pages == "shuffled" || a.pages == "sequential", "--pages '{}' must be shuffled or sequential", a.pages);
+  s.shuffled_pages = a.pages == "shuffled";
+  tq::cuda::BenchOptions o;
+  o.reps = a.reps;
+  o.warmup = a.warmup;
+  TQ_CHECK(o.reps >= 20, "--reps {} must be ≥ 20 (the median of at least 20 launches is reported)", o.reps);
+  const auto dev = tq::cuda::device_info(0);
+  const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
+  const auto base = tq::cuda::bench_decode_f16(s, o);
+  const int64_t store_tokens =
+      a.store_tokens > 0 ? a.store_tokens : std::min<int64_t>(int64_t(a.batch) * a.ctx, 131072);
+
+  tq::Json rows = tq::Json::array();
+  tq::Table table({"format", "slot_B", "kv_MB", "decode_ms", "GB/s", "%copy", "vs_f16", "splits", "store_Mtok/s",
+                   "store_GB/s", "store_%copy"});
+  table.add({"f16 (baseline)", std::to_string(4 * a.head_dim), fmt::format("{:.1f}", double(base.kv_bytes) / 1e6),
+             fmt::format("{:.4f}", base.t.median_ms), fmt::format("{:.0f}", base.gbps),
+             fmt::format("{:.1f}", 100 * base.gbps / copy.gbps), "1.00", std::to_string(base.plan.num_splits), "-", "-",
+             "-"});
+  auto timing_json = [](const tq::cuda::Timing& t) {
+    tq::Json j = tq::Json::object();
+    j.set("median_ms", t.median_ms);
+    j.set("min_ms", t.min_ms);
+    j.set("max_ms", t.max_ms);
+    j.set("reps", t.reps);
+    return j;
+  };
+  for (const auto& name : names) {
+    if (name == "f16") continue;  // the baseline row
+    const tq::KvFormat f = tq::make_format(name, a.head_dim);
+    const auto kf = tq::cuda::kernel_format(f);  // throws a clear error for formats without kernels
+    tq::Json j = tq::Json::object();
+    j.set("format", name);
+    j.set("mode", "gpu");
+    j.set("device", dev.name);
+    j.set("batch", a.batch);
+    j.set("q_heads", a.q_heads);
+    j.set("kv_heads", a.kv_heads);
+    j.set("head_dim", a.head_dim);
+    j.set("ctx", a.ctx);
+    j.set("block_size", a.block_size);
+    j.set("pages", a.pages);
+    j.set("slot_bytes", f.slot_bytes());
+    j.set("copy_gbps", copy.gbps);
+    j.set("copy_bytes", double(copy.bytes));
+    std::vector<std::string> row = {name, std::to_string(f.slot_bytes())};
+    if (tq::cuda::decode_support(kf).empty()) {
+      const auto d = tq::cuda::bench_decode(f, s, o);
+      tq::Json dj = timing_json(d.t);
+      dj.set("kv_bytes", double(d.kv_bytes));
+      dj.set("gbps", d.gbps);
+      dj.set("pct_copy", 100 * d.gbps / copy.gbps);
+      dj.set("num_splits", d.plan.num_splits);
+      dj.set("parts", d.plan.parts);
+      dj.set("ctas_per_sm", d.plan.ctas_per_sm);
+      dj.set("smem_bytes", d.plan.smem_bytes);
+      dj.set("cache_copies", d.copies);
+      dj.set("f16_median_ms", base.t.median_ms);
+      dj.set("f16_gbps", base.gbps);
+      dj.set("speedup_vs_f16", base.t.median_ms / d.t.median_ms);
+      j.set("decode", std::move(dj));
+      row.insert(row.end(), {fmt::format("{:.1f}", double(d.kv_bytes) / 1e6), fmt::format("{:.4f}", d.t.median_ms),
+                             fmt::format("{:.0f}", d.gbps), fmt::format("{:.1f}", 100 * d.gbps / copy.gbps),
+                             fmt::format("{:.2f}", base.t.median_ms / d.t.median_ms),
+                             std::to_string(d.plan.num_splits)});
+    } else {
+      j.set("decode", tq::cuda::decode_support(kf));
+      row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
+    }
+    const auto st = tq::cuda::bench_store(f, s, store_tokens, o);
+    tq::Json sj = timing_json(st.t);
+    sj.set("tokens", double(st.tokens));
+    sj.set("bytes", double(st.bytes));
+    sj.set("gbps", st.gbps);
+    sj.set("pct_copy", 100 * st.gbps / copy.gbps);
+    sj.set("tokens_per_s", st.tokens_per_s);
+    j.set("store", std::move(sj));
+    row.insert(row.end(), {fmt::format("{:.1f}", st.tokens_per_s / 1e6), fmt::format("{:.0f}", st.gbps),
+                           fmt::format("{:.1f}", 100 * st.gbps / copy.gbps)});
+    table.add(row);
+    rows.push(std::move(j));
+  }
+  if (a.json) {
+    std::printf("%s\n", rows.dump(2).c_str());
+  } else {
+    std::printf("tq-bench on %s (%d SMs): %s, splits %s\n", dev.name.c_str(), dev.sm_count, shape_text(a).c_str(),
+                a.splits ? std::to_string(a.splits).c_str() : "auto");
+    std::printf("device copy (cudaMemcpy D2D, %.1f GB, read+write): %.0f GB/s; FP16 baseline decode: %.4f ms\n",
+                double(copy.bytes) / 1e9, copy.gbps, base.t.median_ms);
+    std::printf("store: %lld tokens per launch; times are medians of %d launches (CUDA events)\n%s",
+                static_cast<long long>(store_tokens), a.reps, table.text().c_str());
+  }
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tq-bench: time the GPU store/decode kernels per format (or the CPU reference with --cpu)"};
+  Args a;
+  app.add_option("--format", a.formats, "KV format(s), repeatable; 'all' for every registered preset")
+      ->capture_default_str();
+  app.add_option("--batch", a.batch, "sequences")->capture_default_str();
+  app.add_option("--q-heads", a.q_heads, "query heads")->capture_default_str();
+  app.add_option("--kv-heads", a.kv_heads, "kv heads")->capture_default_str();
+  app.add_option("--head-dim", a.head_dim, "head dimension")->capture_default_str();
+  app.add_option("--ctx", a.ctx, "tokens per sequence")->capture_default_str();
+  app.add_option("--splits", a.splits, "split-KV count (0 = auto from seq_len and SM count)")->capture_default_str();
+  app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
+  app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed launches first")->capture_default_str();
+  app.add_option("--store-tokens", a.store_tokens, "tokens per store launch (0: min(batch·ctx, 131072))");
+  app.add_option("--copy-gb", a.copy_gb, "size of the device-copy bandwidth probe")->capture_default_str();
+  app.add_option("--pages", a.pages, "block tables: shuffled (random physical blocks) or sequential")
+      ->capture_default_str();
+  app.add_flag("--json", a.json, "JSON list, one object per format");
+  app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");
+  app.add_flag("--list-formats", a.list, "list the KV formats (with --head-dim, --json)");
+  return tq::run_tool("tq-bench", app, argc, argv, [&]() -> int {
+    if (a.list) {
+      if (a.json) std::printf("%s\n", tq::list_formats_json(a.head_dim).dump(2).c_str());
+      else std::fputs(tq::list_formats_text(a.head_dim).c_str(), stdout);
+      return 0;
+    }
+    if (a.cpu) return run_cpu(a);
+#ifdef TQ_HAVE_CUDA
+    if (tq::cuda::device_count() == 0)
+      throw tq::Error("no CUDA device found: GPU benchmarks need one (use --cpu to time the CPU reference)");
+    return run_gpu(a);
+#else
+    throw tq::Error("this tq-bench was built without CUDA: GPU benchmarks are unavailable (use --cpu to time the "
+                    "CPU reference)");
+#endif
+  });
+}

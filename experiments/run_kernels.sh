@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
+#
+#   bash experiments/run_kernels.sh [steps]      steps: comma list of
+#        probe,build,test,sanitize,bench,sdpa,text,profile (default: the first six)
+#   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
+#        BENCH_FORMATS (tq-bench --format list)
+#
+# Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
+# report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
+# per tq-bench run: {ctx, pages, rows}), bench_text.txt, sdpa.jsonl, ncu.log, errors.log
+# (stderr of the benchmarks); a summary table is printed last.
+#
+# Builds TQ_CORE_ONLY (no Eigen/HDF5/PCRE2 needed). Headers the machine lacks
+# (Catch2 there; fmt and CLI11 as a fallback) come from .deps/ when present:
+# Debian packages unpacked on the development machine and sent along (device
+# tool: carry [".deps"]):
+#   echo /.deps/ >> .git/info/exclude; mkdir -p .deps /tmp/debs && cd /tmp/debs &&
+#   apt-get download catch2 libcli11-dev libfmt-dev libfmt9 && for f in *.deb; do dpkg -x "$f" "$OLDPWD/.deps"; done
+set -u
+set -o pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/build-kernels/out}
+mkdir -p "$OUT"
+STEPS=${1:-probe,build,test,sanitize,bench,sdpa}
+BENCH_CTX=${BENCH_CTX:-4096 32768}
+BENCH_PAGES=${BENCH_PAGES:-shuffled}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+BUILD=$ROOT/build-kernels
+JOBS=$(nproc 2>/dev/null || echo 8)
+export PATH=/usr/local/cuda/bin:$PATH
+SHAPE="--batch 32 --q-heads 32 --kv-heads 8 --head-dim 128 --block-size 16"
+BENCH_FORMATS=${BENCH_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turboquant_k8v4 turboquant_3bit_nc turbo3 turbo4}
+FORMATS=$(for f in $BENCH_FORMATS; do printf -- '--format %s ' "$f"; done)
+status=0
+
+if has probe; then
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+    nvcc --version | tail -2
+    cmake --version | head -1
+    ninja --version
+    g++ --version | head -1
+    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+    for h in fmt/format.h CLI/CLI.hpp catch2/catch.hpp eigen3/Eigen/Core H5Cpp.h; do
+      [ -e /usr/include/$h ] && echo "system header: $h" || echo "missing header: $h"
+    done
+    which compute-sanitizer cuobjdump
+  } 2>&1
+fi
+
+if has build; then
+  PREFIX=""
+  [ -d "$ROOT/.deps/usr" ] && PREFIX="-DCMAKE_PREFIX_PATH=$ROOT/.deps/usr"
+  t0=$(date +%s)
+  { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DTQ_CORE_ONLY=ON -DTQ_BENCHMARKS=OFF "-DCMAKE_CUDA_FLAGS=-Xptxas=-v" $PREFIX &&
+    cmake --build "$BUILD" -j "$JOBS" --target tq-bench tq_gpu_tests; } > "$OUT/build.log" 2>&1 || {
+    echo "BUILD FAILED (see build.log)"; tail -40 "$OUT/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
+
+if has test; then
+  t0=$(date +%s)
+  timeout 180 "$BUILD/tests/gpu/tq_gpu_tests" --durations yes > "$OUT/tests.log" 2>&1
+  rc=$?
+  echo "gpu tests: exit $rc in $(( $(date +%s) - t0 )) s: $(grep -E '^(All tests passed|test cases:)' "$OUT/tests.log" | tail -1)"
+  [ $rc -eq 0 ] || { status=1; grep -B5 -A25 -m3 "FAILED" "$OUT/tests.log" | head -120; }
+fi
+
+if has sanitize; then
+  t0=$(date +%s)
+  echo "==== compute-sanitizer --tool memcheck tq_gpu_tests [quick] ====" >> "$OUT/tests.log"
+  timeout 150 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+    "$BUILD/tests/gpu/tq_gpu_tests" "[quick]" > "$OUT/sanitizer.tmp" 2>&1
+  rc=$?
+  cat "$OUT/sanitizer.tmp" >> "$OUT/tests.log"
+  echo "compute-sanitizer memcheck [quick]: exit $rc in $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.tmp" | tail -1); $(grep -E '^(All tests passed|test cases:)' "$OUT/sanitizer.tmp" | tail -1)"
+  [ $rc -eq 0 ] || { status=1; grep -m20 -E "Invalid|ERROR|FAILED|Error" "$OUT/sanitizer.tmp"; }
+  rm -f "$OUT/sanitizer.tmp"
+  for tool in racecheck initcheck; do
+    echo "==== compute-sanitizer --tool $tool tq_gpu_tests [quick] ====" >> "$OUT/tests.log"
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/gpu/tq_gpu_tests" "[quick]" \
+      > "$OUT/sanitizer.tmp" 2>&1
+    rc=$?
+    cat "$OUT/sanitizer.tmp" >> "$OUT/tests.log"
+    echo "compute-sanitizer $tool [quick]: exit $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.tmp" | tail -1)"
+    [ $rc -eq 0 ] || { status=1; grep -m10 -E "Invalid|ERROR|Error|Race|Uninitialized" "$OUT/sanitizer.tmp"; }
+    rm -f "$OUT/sanitizer.tmp"
+  done
+fi
+
+if has bench; then
+  for ctx in $BENCH_CTX; do
+    for pages in $BENCH_PAGES; do
+      if timeout 120 "$BUILD/tq-bench" $FORMATS $SHAPE --ctx $ctx --pages $pages --json > "$OUT/bench.tmp" 2>> "$OUT/errors.log"; then
+        python3 -c "import json,sys; print(json.dumps({'ctx': $ctx, 'pages': '$pages', 'rows': json.load(open(sys.argv[1]))}))" \
+          "$OUT/bench.tmp" >> "$OUT/bench.jsonl"
+      else
+        status=1; echo "tq-bench ctx $ctx $pages failed:"; tail -5 "$OUT/errors.log"
+      fi
+    done
+  done
+  rm -f "$OUT/bench.tmp"
+fi
+
+if has text; then
+  # The human-readable table, and the split-count sensitivity of the 4-bit decode.
+  {
+    timeout 120 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc --format turboquant_k8v4 \
+      $SHAPE --ctx 32768
+    for ctx in 4096 32768; do
+      for sp in 4 16; do
+        timeout 60 "$BUILD/tq-bench" --format turboquant_4bit_nc $SHAPE --ctx $ctx --splits $sp --json |
+          python3 -c "import json,sys; j=json.load(sys.stdin)[0]; d=j['decode']; print('splits-sweep ctx', j['ctx'], 'splits', d['num_splits'], 'ms %.4f' % d['median_ms'], '%%copy %.1f' % d['pct_copy'], 'f16_ms %.4f' % d['f16_median_ms'])"
+      done
+    done
+  } > "$OUT/bench_text.txt" 2>> "$OUT/errors.log" || status=1
+  cat "$OUT/bench_text.txt"
+fi
+
+if has profile; then
+  # One launch of each decode kernel under Nsight Compute (clocks left alone).
+  for k in decode_kernel decode_f16_kernel; do
+    timeout 200 ncu --clock-control none -k regex:"$k" --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+      "$BUILD/tq-bench" --format turboquant_4bit_nc $SHAPE --ctx 32768 --reps 20 --warmup 1 >> "$OUT/ncu.log" 2>&1 ||
+      { status=1; echo "ncu $k failed"; tail -5 "$OUT/ncu.log"; }
+  done
+  grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issue Slots Busy|No Eligible|Registers Per|Block Limit" "$OUT/ncu.log" | head -60
+fi
+
+if has sdpa; then
+  : > "$OUT/sdpa.jsonl"
+  for ctx in 4096 32768; do
+    PYTHONUNBUFFERED=1 timeout 90 python3 "$ROOT/experiments/bench_sdpa.py" --batch 32 --q-heads 32 --kv-heads 8 \
+      --head-dim 128 --ctx $ctx >> "$OUT/sdpa.jsonl" 2>> "$OUT/errors.log" ||
+      { status=1; echo "sdpa ctx $ctx failed:"; tail -5 "$OUT/errors.log"; }
+  done
+fi
+
+# ---- summary (last) ----
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+sdpa = {}
+if os.path.exists(f"{out}/sdpa.jsonl"):
+    for line in open(f"{out}/sdpa.jsonl"):
+        if line.strip():
+            j = json.loads(line); sdpa[j["ctx"]] = j
+rows, copy = [], None
+if os.path.exists(f"{out}/bench.jsonl"):
+    for line in open(f"{out}/bench.jsonl"):
+        run = json.loads(line)
+        ctx, pages = run["ctx"], run["pages"]
+        for j in run["rows"]:
+            copy = j["copy_gbps"]
+            d, s = j.get("decode"), j["store"]
+            sd = sdpa.get(ctx)
+            if isinstance(d, dict):
+                rows.append((ctx, pages, j["format"], f"{d['median_ms']:.4f}", f"{d['gbps']:.0f}", f"{d['pct_copy']:.1f}",
+                             f"{d['f16_median_ms']:.4f}", f"{d['speedup_vs_f16']:.2f}",
+                             f"{sd['median_ms']:.4f}" if sd else "-",
+                             f"{sd['median_ms'] / d['median_ms']:.2f}" if sd else "-", str(d["num_splits"]),
+                             f"{s['pct_copy']:.1f}"))
+            else:
+                rows.append((ctx, pages, j["format"], "-", "-", "-", "-", "-", "-", "-", "-", f"{s['pct_copy']:.1f}"))
+if rows:
+    print(f"\nSUMMARY  B=32 Hq=32 Hkv=8 D=128 bs=16; device copy {copy:.0f} GB/s (read+write)")
+    hdr = ("ctx", "pages", "format", "dec_ms", "GB/s", "%copy", "f16_ms", "x_f16", "sdpa_ms", "x_sdpa", "splits",
+           "store_%copy")
+    w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
+    for r in [hdr] + rows:
+        print("  ".join(str(c).rjust(w[i]) for i, c in enumerate(r)))
+PY
+exit $status

@@ -1,0 +1,66 @@
+// Timing harness behind tq-bench (GPU side): builds realistic paged caches
+// with the store kernel, times the decode/store kernels and the FP16 baseline
+// with CUDA events (warm-up, median), and measures the device-copy bandwidth
+// that the results are expressed against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tq/cuda/decode.h"
+
+namespace tq {
+struct KvFormat;
+}
+
+namespace tq::cuda {
+
+struct BenchShape {
+  int batch = 32, n_q_heads = 32, n_kv_heads = 8, head_dim = 128, ctx = 4096, block_size = 16;
+  int num_splits = 0;  // 0 = auto
+  // Pages of each sequence: a random permutation of all cache blocks (as the
+  // tables of a long-running server look), or consecutive blocks.
+  bool shuffled_pages = true;
+};
+
+struct BenchOptions {
+  int warmup = 5;
+  int reps = 30;  // timed launches; the median is reported
+};
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int reps = 0;
+};
+
+// cudaMemcpyAsync device→device of `bytes` (≥ 2 GB recommended); GB/s counts
+// bytes read + written.
+struct CopyBench {
+  Timing t;
+  size_t bytes = 0;
+  double gbps = 0;
+};
+CopyBench bench_copy(size_t bytes, const BenchOptions& o);
+
+struct DecodeBench {
+  Timing t;
+  size_t kv_bytes = 0;  // KV bytes the kernel must read: every slot of every sequence once
+  double gbps = 0;      // kv_bytes / median time
+  int copies = 0;       // cache copies rotated between launches (so L2 does not flatter)
+  DecodePlan plan;
+};
+DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOptions& o);
+DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o);
+
+struct StoreBench {
+  Timing t;
+  int64_t tokens = 0;
+  size_t bytes = 0;  // fp16 K+V read + slots written + slot_mapping read
+  double gbps = 0, tokens_per_s = 0;
+};
+StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, const BenchOptions& o);
+
+// Gaussian-ish fp16 test data on the device (mean + sigma · N(0,1) approx.).
+void fill_random_f16(void* dst, size_t n, uint64_t seed, float mean, float sigma, cudaStream_t stream = nullptr);
+
+}  // namespace tq::cuda

@@ -1,0 +1,67 @@
+// Paged decode attention (one query token per sequence) over a quantized
+// TurboQuant cache, and the FP16 baseline it is measured against.
+//
+// Split-KV in two stages (FlashDecoding): stage 1 — one CTA per (sequence,
+// split, group of kv heads) streams its token range [all heads][slot] once
+// through a cp.async shared-memory ring and computes every query head of its kv
+// heads (GQA: each slot is read once per query group); stage 2 merges the
+// splits by log-sum-exp. A single part writes the output directly.
+//
+//   query  fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·q_stride_batch + h·q_stride_head + j
+//   out    fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·o_stride_batch + h·o_stride_head + j
+//   q head h reads kv head h / (n_q_heads / n_kv_heads) (consecutive q heads share a kv head)
+//   out = softmax(attn_scale · q·K̂ᵀ) V̂ over positions [0, seq_lens[i]) of sequence i,
+//   K̂, V̂ = the CPU decode of the slots (mse keys scored in the rotated domain).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "tq/cuda/kernel_format.h"
+#include "tq/cuda/paged.h"
+
+namespace tq::cuda {
+
+struct DecodeParams {
+  const void* query = nullptr;
+  int64_t q_stride_batch = 0, q_stride_head = 0;
+  void* out = nullptr;
+  int64_t o_stride_batch = 0, o_stride_head = 0;
+  int n_q_heads = 0;
+  float attn_scale = 0.f;
+  BlockTable blocks;
+  int num_splits = 0;   // > 0: fixed (grid independent of seq_lens: CUDA-graph capturable); 0: auto
+  int max_seq_len = 0;  // ≥ every seq_lens[i]; used by the auto split count only
+};
+
+// How a decode launch is laid out; from plan_decode*, passed back to the launcher.
+struct DecodePlan {
+  int num_splits = 1;      // splits of each sequence's token range (chunk = ceil(len/splits) rounded to a tile)
+  int heads_per_cta = 1;   // kv heads one CTA streams (= n_kv_heads when ≤ 8, else 8)
+  int warps_per_head = 1;  // warps sharing one kv head (one 16-token sub-tile each): 8 / heads_per_cta
+  int head_groups = 1;     // n_kv_heads / heads_per_cta
+  int parts = 1;           // partial results per (sequence, q head) = num_splits · warps_per_head
+  int threads = 0;
+  int smem_bytes = 0;
+  int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
+  size_t workspace_bytes = 0;  // fp32 partial outputs + log-sum-exp; 0 when parts == 1
+};
+
+std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p);
+// sm_count 0: read from the current device.
+DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count = 0);
+// workspace: plan.workspace_bytes of device memory (may be null when 0), 16-byte aligned.
+void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, const DecodePlan& plan,
+                  void* workspace, cudaStream_t stream = nullptr);
+
+// FP16 baseline: the same split-KV / GQA / cp.async / MMA structure over
+// separate fp16 K and V caches.
+std::string decode_f16_can_implement(const PagedCacheF16& cache, const DecodeParams& p);
+DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, int sm_count = 0);
+void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const DecodePlan& plan, void* workspace,
+                      cudaStream_t stream = nullptr);
+
+}  // namespace tq::cuda

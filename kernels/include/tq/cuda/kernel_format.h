@@ -1,0 +1,62 @@
+// The GPU view of a tq::KvFormat: which key/value codecs a slot holds, their
+// byte offsets and the constant tables (codebook, sign tables) the kernels
+// need. Built from the CPU format object (reusing its parameters, never
+// redefining them), so the CPU encoder stays the single source of truth.
+//
+// Slot layout (one token-head), as KvFormat::slot_bytes():
+//   [0, key_bytes)                 key record
+//   [key_bytes, key+value_bytes)   value record
+//   [.., slot_bytes)               pad to even (vLLM presets), written as 0
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tq {
+struct KvFormat;
+}
+
+namespace tq::cuda {
+
+enum class KeyKind : int {
+  mse = 0,    // Hadamard (Sylvester, 1/sqrt(d)) + scalar codebook, b-bit LSB-first indices, fp16 norm
+  fp8 = 1,    // FP8 E4M3 bytes, no rotation, no scale (turboquant_k8v4)
+  turbo = 2,  // turboquant_plus blocks of 128 (turbo3 / turbo4), corrected norm
+};
+enum class ValueKind : int {
+  uniform = 0,  // per-vector min/max, b-bit codes, fp16 scale then fp16 zero
+  turbo = 1,    // the same turbo block codec as the key
+};
+
+struct KernelFormat {
+  std::string name;
+  int head_dim = 0;
+  KeyKind key = KeyKind::mse;
+  ValueKind value = ValueKind::uniform;
+  int key_bits = 0, value_bits = 0;        // mse/turbo index bits; u value bits; fp8: 8
+  int key_bytes = 0, value_bytes = 0, slot_bytes = 0;
+  bool norm_correction = false;            // mse "+nc": c ·= 1/sqrt(Σc² + 1e-16) on read
+  int levels = 0;                          // codebook size (2^bits)
+  float centroids[16] = {};                // ascending, float32 as the CPU codec holds them
+  float midpoints[15] = {};                // index = #{i : y >= m_i}
+  float rot_scale = 0.f;                   // float(1/sqrt(double(d))) (turbo: of 128)
+  // α ∈ [1, 2) making every α·c_i as close as possible to an fp16 value (max
+  // relative rounding error: 7.4e-5 for vLLM's 4-bit codebook at d = 128,
+  // against 4.0e-4 at α = 1). The decode kernel's tensor-core LUT holds
+  // half(α·c); the norm correction divides α out (raw norms: the launcher does).
+  float lut_scale = 1.f;
+  uint32_t turbo_s1[4] = {}, turbo_s2[4] = {};  // turbo sign tables, bit i set = sign −1
+};
+
+// Throws tq::Error naming the format when the kernels have no path for it
+// (e.g. rot=haar, k=prod3, q8_0 values). Supported: turboquant_4bit_nc,
+// turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4 (and specs
+// k=mse3|mse4[+nc],v=u3|u4,rot=hadamard / k=fp8,v=u3|u4), turbo3, turbo4;
+// head_dim 64, 128 or 256.
+KernelFormat kernel_format(const KvFormat& format);
+
+// Whether the paged decode kernel handles this format (turbo blocks: store and
+// dequant only). Empty string = yes; otherwise the reason.
+std::string decode_support(const KernelFormat& f);
+
+}  // namespace tq::cuda

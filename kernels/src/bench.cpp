@@ -1,0 +1,267 @@
+// GPU timing harness of tq-bench (see tq/cuda/bench.h).
+#include "tq/cuda/bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "tq/cuda/check.h"
+#include "tq/cuda/kernel_format.h"
+#include "tq/cuda/store.h"
+#include "tq/error.h"
+#include "tq/format.h"
+#include "tq/rng.h"
+
+namespace tq::cuda {
+
+namespace {
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t n) {
+    if (n) TQ_CUDA_CHECK(cudaMalloc(&p, n));
+  }
+  ~Buf() {
+    if (p) cudaFree(p);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+// Warm-up, then `reps` launches each between two events; launch(i) gets the rep index.
+Timing time_launches(const BenchOptions& o, const std::function<void(int)>& launch) {
+  for (int i = 0; i < o.warmup; ++i) launch(i);
+  TQ_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(size_t(2 * o.reps));
+  for (auto& e : ev) TQ_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < o.reps; ++i) {
+    TQ_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i)]));
+    launch(i);
+    TQ_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i + 1)]));
+  }
+  TQ_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> ms(size_t(o.reps));
+  for (int i = 0; i < o.reps; ++i) {
+    float t = 0;
+    TQ_CUDA_CHECK(cudaEventElapsedTime(&t, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+    ms[size_t(i)] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.reps = o.reps;
+  t.median_ms = o.reps % 2 ? ms[size_t(o.reps / 2)] : 0.5 * (ms[size_t(o.reps / 2 - 1)] + ms[size_t(o.reps / 2)]);
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  return t;
+}
+
+size_t free_device_bytes() {
+  size_t free = 0, total = 0;
+  TQ_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
+size_t l2_bytes() {
+  int dev = 0, l2 = 0;
+  TQ_CUDA_CHECK(cudaGetDevice(&dev));
+  TQ_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  return size_t(l2);
+}
+
+// Enough copies that the working set is ≥ 4× L2 (at least 2), within half the free memory.
+int cache_copies(size_t bytes) {
+  const size_t want = (4 * l2_bytes() + bytes - 1) / bytes;
+  int n = int(std::clamp<size_t>(want, 2, 8));
+  while (n > 1 && size_t(n) * bytes > free_device_bytes() / 2) --n;
+  TQ_CHECK(size_t(n) * bytes <= free_device_bytes(), "tq-bench: a {:.2f} GB cache does not fit in device memory",
+           double(bytes) / 1e9);
+  return n;
+}
+
+// Sequence b's pages: a shuffled permutation of all blocks (as a long-running
+// server's tables look) or, with shuffled_pages off, consecutive blocks.
+std::vector<int32_t> shuffled_table(const BenchShape& s, int pages_per_seq, uint64_t seed) {
+  std::vector<int32_t> t(size_t(s.batch) * size_t(pages_per_seq));
+  std::iota(t.begin(), t.end(), 0);
+  if (!s.shuffled_pages) return t;
+  Rng rng(seed);
+  for (size_t i = t.size(); i > 1; --i) std::swap(t[i - 1], t[size_t(rng.below(i))]);
+  return t;
+}
+
+void check_shape(const BenchShape& s) {
+  TQ_CHECK(s.batch >= 1 && s.ctx >= 1 && s.n_kv_heads >= 1 && s.n_q_heads >= 1,
+           "tq-bench: batch, ctx and head counts must be ≥ 1");
+}
+
+struct DecodeSetup {
+  std::unique_ptr<Buf> table, lens, q, out, ws;
+  DecodeParams p;
+};
+
+DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
+  DecodeSetup d;
+  const auto tab = shuffled_table(s, pages_per_seq, 1);
+  d.table = std::make_unique<Buf>(tab.size() * 4);
+  TQ_CUDA_CHECK(cudaMemcpy(d.table->p, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<int32_t> lens(size_t(s.batch), s.ctx);
+  d.lens = std::make_unique<Buf>(lens.size() * 4);
+  TQ_CUDA_CHECK(cudaMemcpy(d.lens->p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  const size_t qn = size_t(s.batch) * s.n_q_heads * s.head_dim;
+  d.q = std::make_unique<Buf>(qn * 2);
+  d.out = std::make_unique<Buf>(qn * 2);
+  fill_random_f16(d.q->p, qn, 7, 0.f, 1.f);
+  d.p.query = d.q->p;
+  d.p.q_stride_batch = d.p.o_stride_batch = int64_t(s.n_q_heads) * s.head_dim;
+  d.p.q_stride_head = d.p.o_stride_head = s.head_dim;
+  d.p.out = d.out->p;
+  d.p.n_q_heads = s.n_q_heads;
+  d.p.attn_scale = float(1.0 / std::sqrt(double(s.head_dim)));
+  d.p.blocks = {d.table->as<int32_t>(), pages_per_seq, d.lens->as<int32_t>(), s.batch};
+  d.p.num_splits = s.num_splits;
+  d.p.max_seq_len = s.ctx;
+  return d;
+}
+
+}  // namespace
+
+CopyBench bench_copy(size_t bytes, const BenchOptions& o) {
+  Buf a(bytes), b(bytes);
+  TQ_CUDA_CHECK(cudaMemset(a.p, 1, bytes));
+  TQ_CUDA_CHECK(cudaMemset(b.p, 2, bytes));
+  BenchOptions oo = o;
+  oo.reps = std::max(10, std::min(o.reps, 20));
+  CopyBench r;
+  r.bytes = bytes;
+  r.t = time_launches(oo, [&](int i) {
+    if (i % 2) TQ_CUDA_CHECK(cudaMemcpyAsync(a.p, b.p, bytes, cudaMemcpyDeviceToDevice));
+    else TQ_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice));
+  });
+  r.gbps = 2.0 * double(bytes) / (r.t.median_ms * 1e6);
+  return r;
+}
+
+DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOptions& o) {
+  check_shape(s);
+  const KernelFormat kf = kernel_format(f);
+  const int pages = (s.ctx + s.block_size - 1) / s.block_size;
+  const int64_t num_blocks = int64_t(s.batch) * pages;
+  const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
+  DecodeBench r;
+  r.copies = cache_copies(cache_bytes);
+  std::vector<std::unique_ptr<Buf>> caches;
+  for (int c = 0; c < r.copies; ++c) caches.push_back(std::make_unique<Buf>(cache_bytes));
+  DecodeSetup d = decode_setup(s, pages);
+
+  // Fill copy 0 through the store kernel (random fp16 K/V), chunk by chunk.
+  {
+    const std::vector<int32_t> tab = shuffled_table(s, pages, 1);
+    const int64_t total = int64_t(s.batch) * s.ctx;
+    const int64_t chunk = std::min<int64_t>(total, 32768);
+    const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
+    Buf k(elems * 2), v(elems * 2), map(size_t(chunk) * 8);
+    std::vector<int64_t> slots(static_cast<size_t>(chunk));
+    StoreParams sp;
+    sp.key = k.p;
+    sp.value = v.p;
+    sp.key_stride_token = sp.value_stride_token = int64_t(s.n_kv_heads) * s.head_dim;
+    sp.key_stride_head = sp.value_stride_head = s.head_dim;
+    sp.slot_mapping = map.as<int64_t>();
+    sp.cache = {caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+    for (int64_t t0 = 0; t0 < total; t0 += chunk) {
+      const int64_t n = std::min(chunk, total - t0);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t tok = t0 + i, b = tok / s.ctx, pos = tok % s.ctx;
+        slots[size_t(i)] = int64_t(tab[size_t(b * pages + pos / s.block_size)]) * s.block_size + pos % s.block_size;
+      }
+      TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), size_t(n) * 8, cudaMemcpyHostToDevice));
+      fill_random_f16(k.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 11), 0.f, 1.f);
+      fill_random_f16(v.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 12), 0.3f, 1.f);
+      sp.num_tokens = int(n);
+      store_kv(kf, sp);
+    }
+    for (int c = 1; c < r.copies; ++c)
+      TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
+    TQ_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  const PagedCache pc0{caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+  r.plan = plan_decode(kf, pc0, d.p);
+  d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
+  r.t = time_launches(o, [&](int i) {
+    const PagedCache pc{caches[size_t(i % r.copies)]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads,
+                        kf.slot_bytes};
+    paged_decode(kf, pc, d.p, r.plan, d.ws->p);
+  });
+  r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * kf.slot_bytes;
+  r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
+  return r;
+}
+
+DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
+  check_shape(s);
+  const int pages = (s.ctx + s.block_size - 1) / s.block_size;
+  const int64_t num_blocks = int64_t(s.batch) * pages;
+  const size_t elems = size_t(num_blocks) * s.block_size * s.n_kv_heads * s.head_dim;
+  DecodeBench r;
+  r.copies = cache_copies(4 * elems);  // K and V of one copy
+  std::vector<std::unique_ptr<Buf>> ks, vs;
+  for (int c = 0; c < r.copies; ++c) {
+    ks.push_back(std::make_unique<Buf>(2 * elems));
+    vs.push_back(std::make_unique<Buf>(2 * elems));
+    fill_random_f16(ks.back()->p, elems, uint64_t(100 + 2 * c), 0.f, 1.f);
+    fill_random_f16(vs.back()->p, elems, uint64_t(101 + 2 * c), 0.3f, 1.f);
+  }
+  DecodeSetup d = decode_setup(s, pages);
+  const PagedCacheF16 c0{ks[0]->p, vs[0]->p, num_blocks, s.block_size, s.n_kv_heads, s.head_dim};
+  r.plan = plan_decode_f16(c0, d.p);
+  d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
+  r.t = time_launches(o, [&](int i) {
+    const PagedCacheF16 c{ks[size_t(i % r.copies)]->p, vs[size_t(i % r.copies)]->p, num_blocks, s.block_size,
+                          s.n_kv_heads, s.head_dim};
+    paged_decode_f16(c, d.p, r.plan, d.ws->p);
+  });
+  r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * s.head_dim * 4;
+  r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
+  return r;
+}
+
+StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, const BenchOptions& o) {
+  check_shape(s);
+  const KernelFormat kf = kernel_format(f);
+  const int64_t num_blocks = (tokens + s.block_size - 1) / s.block_size;
+  const size_t elems = size_t(tokens) * s.n_kv_heads * s.head_dim;
+  const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
+  Buf k(elems * 2), v(elems * 2), map(size_t(tokens) * 8), cache(cache_bytes);
+  fill_random_f16(k.p, elems, 21, 0.f, 1.f);
+  fill_random_f16(v.p, elems, 22, 0.3f, 1.f);
+  std::vector<int64_t> slots(static_cast<size_t>(tokens));
+  std::iota(slots.begin(), slots.end(), 0);
+  Rng rng(3);
+  for (size_t i = slots.size(); i > 1; --i) std::swap(slots[i - 1], slots[size_t(rng.below(i))]);
+  TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
+  StoreParams sp;
+  sp.key = k.p;
+  sp.value = v.p;
+  sp.key_stride_token = sp.value_stride_token = int64_t(s.n_kv_heads) * s.head_dim;
+  sp.key_stride_head = sp.value_stride_head = s.head_dim;
+  sp.slot_mapping = map.as<int64_t>();
+  sp.num_tokens = int(tokens);
+  sp.cache = {cache.as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+  StoreBench r;
+  r.tokens = tokens;
+  r.t = time_launches(o, [&](int) { store_kv(kf, sp); });
+  r.bytes = elems * 4 + size_t(tokens) * s.n_kv_heads * kf.slot_bytes + size_t(tokens) * 8;
+  r.gbps = double(r.bytes) / (r.t.median_ms * 1e6);
+  r.tokens_per_s = double(tokens) / (r.t.median_ms * 1e-3);
+  return r;
+}
+
+}  // namespace tq::cuda

@@ -1,0 +1,601 @@
+// Paged decode over TurboQuant caches (mse keys + u values; fp8 keys + u values).
+//
+// Per CTA: a cp.async ring of `stages` stages, each [WPH sub-tiles][16 tokens]
+// [HPC heads][slot] copied verbatim from the paged cache (16-byte chunks; the
+// tail of a range is zero-filled), so every slot is read from HBM once per
+// query group. The warps of sub-tile w copy sub-tile w (one block-table read
+// per warp and stage; chunk offsets precomputed: the first version computed
+// them per chunk with 64-bit divisions and spent ~680 of ~1400 SASS
+// instructions per warp-iteration there, 28% of copy bandwidth at 32K).
+// Per warp and 16-token sub-tile (d = 128, 4-bit keys, G = 4):
+//   keys   : per pair of k-steps a lane loads the 4 index bytes it needs (two
+//            2-byte loads: slots are only 2-byte aligned) and maps each byte —
+//            two 4-bit indices — through a 256-entry LUT to {half2(α·c[lo],
+//            α·c[hi]), float (α·c[lo])² + (α·c[hi])²}: one 8-byte load from 16
+//            copies ((e·16 + lane%16)·8: each half-warp phase conflict-free;
+//            unreplicated, a 4-byte LUT cost 3.3 wavefronts per lookup in a
+//            simulation of Gaussian indices). α (KernelFormat::lut_scale) makes
+//            α·c nearly exact in fp16 (7.4e-5 instead of 4e-4 relative); Σc²
+//            is exact fp32, so the norm correction 1/sqrt(Σ(αc)²) also divides
+//            α out. Measured/simulated on the test distribution: fp16 centroids
+//            with the nc sum taken from them gave 1.1–1.8e-3 relative output
+//            error (device run 2); this scheme simulates to ≤ 6e-4.
+//   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (2 MMAs;
+//            fp16 q' alone simulates to 1.5e-3). The head-dim order inside a
+//            k-step is permuted so each lane's index bytes are contiguous; Q' is
+//            built with the same permutation once in the prologue.
+//   values : O^T += V^T · P'^T, A = 1 + code/16 (exact fp16 made with one shift
+//            and one LOP3: 0x3C00 | code << 6), B = P' = p·scale (movmatrix-
+//            transposed), hi + lo: codes are all ≥ 0 with the zero point added
+//            outside, so fp16 rounding of p·scale alone would cost ~8e-4
+//            relative RMS on N(0,1) values. Σ code·P' = 16·(acc − Σ P'); the
+//            cancellation costs a factor ~3 of fp32 accumulation error only.
+//            Σ p·zero and Σ P' run on CUDA cores.
+//   softmax: online, exp2 domain; each value tile is computed from zero and
+//            folded into the accumulators with one FFMA (see fold_tile).
+#include <algorithm>
+#include <cmath>
+
+#include <cuda_fp8.h>
+
+#include "decode_common.cuh"
+#include "formats.cuh"
+#include "tq/cuda/decode.h"
+#include "tq/cuda/device.h"
+
+namespace tq::cuda {
+
+namespace {
+
+constexpr int kMaxThreads = 256;
+
+struct DecodeTables {
+  float centroids[16];
+  float rot_scale;
+  float lut_scale;  // α
+  int nc;
+};
+
+template <class C>
+struct QCfg {
+  static constexpr int D = C::kD;
+  static constexpr int kSlot = (C::kKeyBytes + C::kValueBytes + 1) & ~1;
+  static constexpr int kKSteps = D / 16;
+  static constexpr int kPairSteps = D / 32;
+  static constexpr bool kMse = C::kKey == KeyKind::mse;
+  static constexpr int kLutEntries = kMse ? 1 << (2 * C::kKeyBits) : 0;
+  static constexpr int kLutBytes = kLutEntries * 16 * 8;  // {half2 pair, float Σ squares} × 16 copies (static smem)
+  static constexpr int kChunksPerThread = (kSlot + 31) / 32;
+  static constexpr int kVChunk = D * C::kValueBits / 64;  // value-code bytes of D/8 dims (one lane row)
+};
+
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ float ld_f16(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
+}
+
+// The 8 key codes of pair-step ps for quad lane p (dims 32ps + 8p … +7) as one word:
+// 4-bit: 4 bytes; 3-bit: 24 bits; fp8: two words (w[0], w[1]).
+template <class C>
+__device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, uint32_t (&w)[2]) {
+  if constexpr (C::kKey == KeyKind::fp8) {
+    const uint8_t* q = slot + 32 * ps + 8 * p;  // 4-byte aligned: fp8+u4 slots are 1.5·d + 4 bytes
+    w[0] = *reinterpret_cast<const uint32_t*>(q);
+    w[1] = *reinterpret_cast<const uint32_t*>(q + 4);
+  } else if constexpr (C::kKeyBits == 4) {
+    const uint8_t* q = slot + 16 * ps + 4 * p;
+    w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410);
+  } else {
+    const int odd = p & 1;
+    const uint8_t* q = slot + 12 * ps + 3 * p - odd;
+    w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
+  }
+}
+
+// A fragment registers of k-step (2ps + h2) for one token: slots {2p, 2p+1} (lo)
+// and {2p+8, 2p+9} (hi); sq += Σ (α·c)² of those four coordinates (mse).
+// The LUT is static shared memory, so an entry address is one shift and one
+// LOP3 ((code << 7) | (lane%16) << 3) plus the load's immediate base.
+template <class C>
+__device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, const uint2* lut, uint32_t lane_off,
+                                         uint32_t& lo, uint32_t& hi, float& sq) {
+  if constexpr (C::kKey == KeyKind::fp8) {
+    const uint32_t word = w[h2];
+    const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word & 0xffffu), __NV_E4M3);
+    const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word >> 16), __NV_E4M3);
+    lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
+    hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
+  } else {
+    constexpr int PB = 2 * C::kKeyBits;  // bits of a pair code
+    constexpr uint32_t M = ((1u << PB) - 1u) << 7;
+    auto entry = [&](int f) {  // byte offset of pair code f of w in the LUT, lane copy included
+      const int sh = PB * f - 7;
+      const uint32_t x = sh >= 0 ? (w[0] >> (sh >= 0 ? sh : 0)) : (w[0] << (sh < 0 ? -sh : 0));
+      return *reinterpret_cast<const uint2*>(reinterpret_cast<const char*>(lut) + ((x & M) | lane_off));
+    };
+    const uint2 l0 = entry(2 * h2), l1 = entry(2 * h2 + 1);
+    lo = l0.x;
+    hi = l1.x;
+    sq += __uint_as_float(l0.y) + __uint_as_float(l1.y);
+  }
+}
+
+// acc = acc·α + A·(P'hi + P'lo) for one m-tile. The tile product starts from zero
+// and is folded in with FFMA (round-to-nearest) instead of accumulating in the
+// MMA across the whole range: the tensor cores' fp32 accumulation is not RNE,
+// and over thousands of tokens its bias, amplified ~3–5× by the 1 + c/16 bias
+// cancellation, reached 1.03e-3 relative error (3bit_nc, 4097 tokens, one split;
+// device run 3). The FFMA also applies the online-softmax rescale.
+__device__ __forceinline__ void fold_tile(float (&acc)[4], const uint32_t (&af)[4], uint32_t bh0, uint32_t bh1,
+                                          uint32_t bl0, uint32_t bl1, const float (&alpha)[2]) {
+  float t[4] = {0.f, 0.f, 0.f, 0.f};
+  dev::mma_16816(t, af, bh0, bh1);
+  dev::mma_16816(t, af, bl0, bl1);
+  acc[0] = fmaf(acc[0], alpha[0], t[0]);
+  acc[1] = fmaf(acc[1], alpha[1], t[1]);
+  acc[2] = fmaf(acc[2], alpha[0], t[2]);
+  acc[3] = fmaf(acc[3], alpha[1], t[3]);
+}
+
+// 0x3C00 | c << 6 is the half 1 + c/16 (c < 16): codes in bits [0,4) and [16,20) of x.
+__device__ __forceinline__ uint32_t biased_half2(uint32_t x) { return (x << 6) | 0x3c003c00u; }
+
+template <class C>
+__global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, DecodeTables t,
+                                                             const uint8_t* __restrict__ cache) {
+  using Q = QCfg<C>;
+  constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps, CPT = Q::kChunksPerThread;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x;
+  const int hpc = a.hpc, wph = a.wph;
+  const int hl = warp % hpc, ws = warp / hpc;
+  const int split = blockIdx.x, hg = blockIdx.y, b = blockIdx.z;
+  const int kvh = hg * hpc + hl;
+  const int r = lane >> 2, p = lane & 3;
+  const int tile = 16 * wph;
+  const dev::Range rg = dev::split_range(a.seq_lens[b], split, a.num_splits, tile);
+
+  uint8_t* ring = smem;
+  float* qbuf = reinterpret_cast<float*>(smem + a.stages * a.stage_bytes) + warp * D;
+  __shared__ __align__(16) uint2 lut[Q::kMse ? Q::kLutEntries * 16 : 2];
+
+  // ---- producer: the warps of sub-tile ws copy sub-tile ws (hpc·SLOT chunks) ----
+  const bool contig = hpc == a.n_kv_heads;
+  const int sub_bytes = 16 * hpc * SLOT;
+  const int gt = hl * 32 + lane;  // thread within the sub-tile's warps
+  int soff[CPT], goff[CPT];      // chunk offsets in the sub-tile (smem) and from its global base
+#pragma unroll
+  for (int i = 0; i < CPT; ++i) {
+    const int ck = gt + i * 32 * hpc;
+    soff[i] = ck < hpc * SLOT ? 16 * ck : -1;
+    const int tok = ck / (SLOT / 2);  // segmented mode: hpc = 8, a token's segment is SLOT/2 chunks
+    goff[i] = contig ? 16 * ck : tok * a.n_kv_heads * SLOT + 16 * (ck - tok * (SLOT / 2));
+  }
+  const int32_t* btab = a.table + int64_t(b) * a.table_stride;
+  const int bs_mask = a.block_size - 1;
+  const int64_t row_bytes = int64_t(a.n_kv_heads) * SLOT;
+  const int group_off = contig ? 0 : hg * hpc * SLOT;
+  const uint32_t ring_u32 = dev::smem_u32(ring) + ws * sub_bytes;
+  auto issue = [&](int tidx, int stage) {
+    const int tj = rg.begin + tidx * tile + 16 * ws;
+    const int nvb = min(max(rg.end - tj, 0), 16) * hpc * SLOT;  // valid bytes (token-major)
+    const uint8_t* gbase = cache;
+    if (nvb > 0) {
+      const int64_t page = btab[tj >> a.log2_block_size];
+      gbase = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes + group_off;
+    }
+    const uint32_t sub = ring_u32 + stage * a.stage_bytes;
+    if (nvb == sub_bytes) {  // all 16 tokens valid (warp-uniform): plain copies
+#pragma unroll
+      for (int i = 0; i < CPT; ++i)
+        if (soff[i] >= 0) dev::cp_async16_full(sub + soff[i], gbase + goff[i]);
+    } else {  // range tail: zero-fill what lies beyond it
+#pragma unroll
+      for (int i = 0; i < CPT; ++i) {
+        if (soff[i] < 0) continue;
+        const int bytes = min(max(nvb - soff[i], 0), 16);
+        dev::cp_async16(sub + soff[i], bytes ? gbase + goff[i] : cache, bytes);
+      }
+    }
+  };
+
+  int wr = 0;  // next stage to fill
+  for (int s = 0; s < a.stages - 1; ++s) {
+    if (s < rg.tiles) issue(s, wr);
+    dev::cp_async_commit();
+    wr = wr + 1 == a.stages ? 0 : wr + 1;
+  }
+
+  // ---- prologue: LUT and the rotated query fragments (overlaps the first loads) ----
+  if constexpr (Q::kMse) {
+    // Centroids → shared first (indexing the parameter array at run time would
+    // copy it to the local-memory stack).
+    __shared__ float s_cen[16];
+    if (tid == 0) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_cen[i] = t.lut_scale * t.centroids[i];
+    }
+    __syncthreads();
+    constexpr int KB = C::kKeyBits;
+    for (int i = tid; i < Q::kLutEntries * 16; i += nthreads) {
+      const int e = i >> 4;
+      const float c0 = s_cen[e & ((1 << KB) - 1)], c1 = s_cen[e >> KB];
+      lut[i] = make_uint2(dev::pack_half2(c0, c1), __float_as_uint(c0 * c0 + c1 * c1));
+    }
+  }
+  uint32_t qh[KS][2], ql[KS][2];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) qh[ks][0] = qh[ks][1] = ql[ks][0] = ql[ks][1] = 0u;
+  for (int g = 0; g < a.group; ++g) {
+    const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh;
+    for (int j = lane; j < D; j += 32) qbuf[j] = __half2float(qrow[j]);
+    __syncwarp();
+    float sc = 1.f;
+    if constexpr (Q::kMse) {
+      for (int h = 1; h < D; h <<= 1) {  // FWHT: any order is fine here (not bit-exact code)
+        for (int i = lane; i < D / 2; i += 32) {
+          const int j = (i / h) * 2 * h + i % h;
+          const float x = qbuf[j], y = qbuf[j + h];
+          qbuf[j] = x + y;
+          qbuf[j + h] = x - y;
+        }
+        __syncwarp();
+      }
+      sc = t.rot_scale;
+    }
+    if (r == g) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        const int base = 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {  // u = 0: slots 2p, 2p+1; u = 1: slots 2p+8, 2p+9
+          const float v0 = qbuf[base + 2 * u] * sc, v1 = qbuf[base + 2 * u + 1] * sc;
+          const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
+          qh[ks][u] = dev::pack_half2_raw(h0, h1);
+          ql[ks][u] = dev::pack_half2(v0 - __half2float(h0), v1 - __half2float(h1));
+        }
+      }
+    }
+    __syncwarp();
+  }
+  // score → log2-domain logit: · norm16 · (nc ? 1/sqrt(Σ(αc)²) : 1/α) · attn_scale · log2 e
+  const float raw_scale = Q::kMse && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
+  const uint32_t lane_off = uint32_t(lane & 15) << 3;
+
+  // ---- main loop ----
+  float acc[D / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  dev::Softmax sm;
+  float zs[2] = {0.f, 0.f}, ps[2] = {0.f, 0.f};  // Σ p·zero, Σ p·scale (per-lane partials)
+  int rd = 0;
+  for (int it = 0; it < rg.tiles; ++it) {
+    dev::cp_async_wait_dyn(a.stages - 2);
+    __syncthreads();  // stage `rd` visible to all; stage `wr` (read last iteration) free
+    if (it + a.stages - 1 < rg.tiles) issue(it + a.stages - 1, wr);
+    dev::cp_async_commit();
+    wr = wr + 1 == a.stages ? 0 : wr + 1;
+    const uint8_t* sub = ring + rd * a.stage_bytes + ws * sub_bytes;
+    rd = rd + 1 == a.stages ? 0 : rd + 1;
+    const int t0 = rg.begin + it * tile + 16 * ws;
+    const int nvalid = min(rg.end - t0, 16);
+    if (nvalid <= 0) continue;  // warp-uniform
+
+    const uint8_t* k0 = sub + (r * hpc + hl) * SLOT;
+    const uint8_t* k1 = sub + ((r + 8) * hpc + hl) * SLOT;
+    float s[4] = {0.f, 0.f, 0.f, 0.f}, sq0 = 0.f, sq1 = 0.f;
+#pragma unroll
+    for (int pst = 0; pst < Q::kPairSteps; ++pst) {
+      uint32_t w0[2], w1[2];
+      key_words<C>(k0, pst, p, w0);
+      key_words<C>(k1, pst, p, w1);
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int ks = 2 * pst + h2;
+        uint32_t af[4];
+        key_frag<C>(w0, h2, lut, lane_off, af[0], af[2], sq0);
+        key_frag<C>(w1, h2, lut, lane_off, af[1], af[3], sq1);
+        dev::mma_16816(s, af, qh[ks][0], qh[ks][1]);
+        dev::mma_16816(s, af, ql[ks][0], ql[ks][1]);
+      }
+    }
+    float fr = raw_scale, fr8 = raw_scale;
+    if constexpr (Q::kMse) {
+      fr *= ld_f16(k0 + C::kIdxBytes);
+      fr8 *= ld_f16(k1 + C::kIdxBytes);
+      if (t.nc) {  // the 4 lanes of a quad hold disjoint dims of the same two tokens
+        sq0 += __shfl_xor_sync(dev::kFull, sq0, 1);
+        sq1 += __shfl_xor_sync(dev::kFull, sq1, 1);
+        sq0 += __shfl_xor_sync(dev::kFull, sq0, 2);
+        sq1 += __shfl_xor_sync(dev::kFull, sq1, 2);
+        fr *= rsqrtf(sq0 + 1e-16f * t.lut_scale * t.lut_scale);
+        fr8 *= rsqrtf(sq1 + 1e-16f * t.lut_scale * t.lut_scale);
+      }
+    }
+    float x[4] = {s[0] * fr, s[1] * fr, s[2] * fr8, s[3] * fr8};
+    if (r >= nvalid) x[0] = x[1] = -INFINITY;
+    if (r + 8 >= nvalid) x[2] = x[3] = -INFINITY;
+    float alpha[2];
+    sm.update(x, alpha);
+    // value scale/zero of tokens r and r+8 (zero-filled beyond the range, and p = 0 there)
+    const uint8_t* vf0 = k0 + C::kKeyBytes + C::kValueCodeBytes;
+    const uint8_t* vf1 = k1 + C::kKeyBytes + C::kValueCodeBytes;
+    const float sc0 = ld_f16(vf0), z0 = ld_f16(vf0 + 2), sc1 = ld_f16(vf1), z1 = ld_f16(vf1 + 2);
+    const float pv[4] = {x[0] * sc0, x[1] * sc0, x[2] * sc1, x[3] * sc1};
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      zs[c] = zs[c] * alpha[c] + x[c] * z0 + x[c + 2] * z1;
+      ps[c] = ps[c] * alpha[c] + pv[c] + pv[c + 2];
+    }
+    const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
+    const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
+    const uint32_t bh0 = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
+    const uint32_t bh1 = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+    const uint32_t bl0 = dev::movmatrix_trans(dev::pack_half2(pv[0] - pf01.x, pv[1] - pf01.y));
+    const uint32_t bl1 = dev::movmatrix_trans(dev::pack_half2(pv[2] - pf23.x, pv[3] - pf23.y));
+
+    // value codes of tokens 2p, 2p+1 (k-slots 2p..) and 2p+8, 2p+9 (k-slots 2p+8..), lane row r
+    const uint8_t* va = sub + ((2 * p) * hpc + hl) * SLOT + C::kKeyBytes + r * Q::kVChunk;
+    const uint8_t* vb = va + hpc * SLOT;
+    const uint8_t* vc = va + 8 * hpc * SLOT;
+    const uint8_t* vd = vc + hpc * SLOT;
+    if constexpr (C::kValueBits == 4) {
+#pragma unroll
+      for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: chunk dims 4w … 4w+3 → m-tiles 2w, 2w+1
+        const uint32_t wab = __byte_perm(ld_u16(va + 2 * w), ld_u16(vb + 2 * w), 0x5410);
+        const uint32_t wcd = __byte_perm(ld_u16(vc + 2 * w), ld_u16(vd + 2 * w), 0x5410);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          // nibble n = 2m (row r) and 2m+1 (row r+8) of both tokens → (0x3C00 | c << 6) halves
+          const uint32_t af[4] = {
+              (((wab >> (8 * m)) << 6) & 0x03c003c0u) | 0x3c003c00u,
+              (((wab >> (8 * m + 4)) << 6) & 0x03c003c0u) | 0x3c003c00u,
+              (((wcd >> (8 * m)) << 6) & 0x03c003c0u) | 0x3c003c00u,
+              (((wcd >> (8 * m + 4)) << 6) & 0x03c003c0u) | 0x3c003c00u};
+          fold_tile(acc[2 * w + m], af, bh0, bh1, bl0, bl1, alpha);
+        }
+      }
+    } else {
+      // 3-bit codes: chunk of 3·d/64 bytes at any byte offset (d = 64 makes it odd).
+      constexpr int NB = Q::kVChunk;
+      constexpr int NH = NB / 2 + 2;  // u16 words covering NB bytes from the even base
+      unsigned __int128 xs[4];
+      const uint8_t* vp[4] = {va, vb, vc, vd};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int odd = int(reinterpret_cast<uintptr_t>(vp[u]) & 1);
+        const uint8_t* q = vp[u] - odd;
+        unsigned __int128 v = 0;
+#pragma unroll
+        for (int i = 0; i < NH; ++i) v |= (unsigned __int128)ld_u16(q + 2 * i) << (16 * i);
+        xs[u] = v >> (8 * odd);
+      }
+      auto pair = [&](int u0, int cd) {
+        const uint32_t lo = uint32_t(xs[u0] >> (3 * cd)) & 7u, hi = uint32_t(xs[u0 + 1] >> (3 * cd)) & 7u;
+        return biased_half2(lo | (hi << 16));
+      };
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i) {
+        const uint32_t af[4] = {pair(0, 2 * i), pair(0, 2 * i + 1), pair(2, 2 * i), pair(2, 2 * i + 1)};
+        fold_tile(acc[i], af, bh0, bh1, bl0, bl1, alpha);
+      }
+    }
+  }
+  dev::cp_async_wait<0>();
+
+  // ---- write this warp's part: O = (16·(acc − Σ P') + Σ p·zero) / Σ p ----
+  const int part = split * wph + ws;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const float l = dev::sum_over_token_lanes(sm.l[c]);
+    const float z = dev::sum_over_token_lanes(zs[c]);
+    const float pp = dev::sum_over_token_lanes(ps[c]);
+    const int g = 2 * p + c;
+    if (g >= a.group) continue;
+    const int qh_idx = kvh * a.group + g;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    auto val = [&](float v) { return (16.f * (v - pp) + z) * inv; };
+    if (a.parts == 1) {
+      __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh + r * (D / 8);
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i)
+        *reinterpret_cast<__half2*>(o + 2 * i) = __floats2half2_rn(val(acc[i][c]), val(acc[i][c + 2]));
+    } else {
+      const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
+      float* o = a.o_part + row * D + r * (D / 8);
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i)
+        *reinterpret_cast<float2*>(o + 2 * i) = make_float2(val(acc[i][c]), val(acc[i][c + 2]));
+      if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
+    }
+  }
+}
+
+// ---- stage 2 ----
+__global__ void merge_kernel(DecodeArgs a, int head_dim) {
+  const int b = blockIdx.y, h = blockIdx.x;
+  const int64_t row0 = (int64_t(b) * a.n_q_heads + h) * a.parts;
+  float mx = -INFINITY;
+  for (int i = 0; i < a.parts; ++i) mx = fmaxf(mx, a.lse_part[row0 + i]);
+  __half* o = a.out + int64_t(b) * a.o_sb + int64_t(h) * a.o_sh;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float num = 0.f, den = 0.f;
+    if (mx != -INFINITY) {
+      for (int i = 0; i < a.parts; ++i) {
+        const float lse = a.lse_part[row0 + i];
+        if (lse == -INFINITY) continue;  // empty part: its o_part is not meaningful
+        const float w = exp2f(lse - mx);
+        num += w * a.o_part[(row0 + i) * head_dim + d];
+        den += w;
+      }
+    }
+    o[d] = __float2half_rn(den > 0.f ? num / den : 0.f);
+  }
+}
+
+// Smallest-time split count: time ∝ waves(S) · ceil(len/S), ties → fewer splits
+// (each split adds a partial write and merge read).
+int auto_splits(int batch_groups, int max_seq_len, int slots, int tile) {
+  const int max_tiles = (max_seq_len + tile - 1) / tile;
+  if (max_tiles <= 1 || slots <= 0) return 1;
+  const int smax = std::min(max_tiles, 64);
+  int best = 1;
+  double best_cost = 1e300;
+  for (int s = 1; s <= smax; ++s) {
+    const double waves = std::ceil(double(batch_groups) * s / slots);
+    const double cost = waves * std::ceil(double(max_tiles) / s) * (1.0 + 0.01 * s);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+int decode_device_sms_impl() {
+  int dev_id = 0, sms = 0;
+  TQ_CUDA_CHECK(cudaGetDevice(&dev_id));
+  TQ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id));
+  return sms;
+}
+
+int decode_device_smem_optin_impl() {
+  int dev_id = 0, v = 0;
+  TQ_CUDA_CHECK(cudaGetDevice(&dev_id));
+  TQ_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id));
+  return v;
+}
+
+}  // namespace
+
+int decode_device_sms() { return decode_device_sms_impl(); }
+int decode_device_smem_optin() { return decode_device_smem_optin_impl(); }
+
+void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStream_t stream) {
+  merge_kernel<<<dim3(unsigned(a.n_q_heads), unsigned(batch)), head_dim / 2, 0, stream>>>(a, head_dim);
+  TQ_CUDA_CHECK(cudaGetLastError());
+}
+
+// Heads per CTA, warps per head and ring depth shared by both decode planners.
+// plan.smem_bytes is the dynamic part (ring + fixed_dyn); static_smem counts toward
+// the limits. The quantized kernel streams min(n_kv_heads, 8) heads per CTA with
+// 8/heads warps per head; with flexible_heads (FP16 kernel) a shape whose stage
+// does not fit twice (d = 256: 128 KB per 8-head stage) falls back to fewer warps
+// per head, then to fewer heads per CTA (a divisor of n_kv_heads).
+void plan_layout(int n_kv_heads, int token_head_bytes, int fixed_dyn, int static_smem, int smem_optin,
+                 DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads) {
+  constexpr int kSmemPerSm = 228 * 1024, kReserved = 1024;  // H200: 228 KB per SM, 227 KB per block
+  const int h0 = n_kv_heads <= 8 ? n_kv_heads : 8;
+  stages = 0;
+  for (int hpc = h0; hpc >= 1 && !stages; --hpc) {
+    if (n_kv_heads % hpc || (hpc != h0 && !flexible_heads)) continue;
+    for (int wph = std::max(1, 8 / hpc); wph >= 1 && !stages; wph = flexible_heads ? wph / 2 : 0) {
+      const int sb = wph * 16 * hpc * token_head_bytes;
+      // Prefer 2 CTAs per SM with ≥ 3 stages (latency hiding across CTAs), else
+      // the deepest ring (≥ 3, then 2) one CTA can hold.
+      for (int ctas = 2; ctas >= 1 && !stages; --ctas)
+        for (int st = 4; st >= 2; --st) {
+          if (st == 2 && (ctas == 2 || (flexible_heads && wph > 1))) continue;
+          const int bytes = st * sb + fixed_dyn + static_smem;
+          if (bytes <= smem_optin && ctas * (bytes + kReserved) <= kSmemPerSm) {
+            stages = st;
+            plan.heads_per_cta = hpc;
+            plan.warps_per_head = wph;
+            stage_bytes = sb;
+            break;
+          }
+        }
+      if (!flexible_heads) break;
+    }
+  }
+  if (!stages) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
+  plan.head_groups = n_kv_heads / plan.heads_per_cta;
+  plan.threads = 32 * plan.heads_per_cta * plan.warps_per_head;
+  plan.smem_bytes = stages * stage_bytes + fixed_dyn;
+}
+
+void finish_plan(const DecodeParams& p, int head_dim, int sm_count, DecodePlan& plan) {
+  const int tile = 16 * plan.warps_per_head;
+  const int groups = p.blocks.batch * plan.head_groups;
+  plan.num_splits = p.num_splits > 0 ? p.num_splits
+                                     : auto_splits(groups, p.max_seq_len, sm_count * plan.ctas_per_sm, tile);
+  plan.parts = plan.num_splits * plan.warps_per_head;
+  plan.workspace_bytes = 0;
+  if (plan.parts > 1) {
+    const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
+    plan.workspace_bytes = (rows * size_t(head_dim) * 4 + 255) / 256 * 256 + rows * 4;
+  }
+}
+
+DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
+  const std::string why = decode_can_implement(f, cache, p);
+  if (!why.empty()) throw_error(why.c_str());
+  if (sm_count <= 0) sm_count = decode_device_sms();
+  DecodePlan plan;
+  dispatch_decode_format(f, [&](auto cfg) {
+    using C = decltype(cfg);
+    using Q = QCfg<C>;
+    int stage_bytes = 0, stages = 0;
+    plan_layout(cache.n_kv_heads, Q::kSlot, 8 * Q::D * 4, Q::kLutBytes + 64, decode_device_smem_optin(), plan,
+                stage_bytes, stages, false);
+    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+    int occ = 0;
+    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_kernel<C>, plan.threads, plan.smem_bytes));
+    plan.ctas_per_sm = occ;
+  });
+  finish_plan(p, f.head_dim, sm_count, plan);
+  return plan;
+}
+
+void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, const DecodePlan& plan,
+                  void* workspace, cudaStream_t stream) {
+  const std::string why = decode_can_implement(f, cache, p);
+  if (!why.empty()) throw_error(why.c_str());
+  if (plan.parts > 1 && !workspace) throw_error("paged_decode: the plan needs a workspace (plan.workspace_bytes)");
+  if (p.blocks.batch > 65535 || plan.num_splits < 1) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
+  DecodeArgs a{};
+  a.q = static_cast<const __half*>(p.query);
+  a.q_sb = p.q_stride_batch;
+  a.q_sh = p.q_stride_head;
+  a.out = static_cast<__half*>(p.out);
+  a.o_sb = p.o_stride_batch;
+  a.o_sh = p.o_stride_head;
+  const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
+  a.o_part = static_cast<float*>(workspace);
+  a.lse_part = workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
+                                                   (rows * size_t(f.head_dim) * 4 + 255) / 256 * 256)
+                         : nullptr;
+  a.table = p.blocks.table;
+  a.table_stride = p.blocks.stride;
+  a.seq_lens = p.blocks.seq_lens;
+  a.block_size = cache.block_size;
+  a.log2_block_size = __builtin_ctz(unsigned(cache.block_size));
+  a.n_kv_heads = cache.n_kv_heads;
+  a.n_q_heads = p.n_q_heads;
+  a.group = p.n_q_heads / cache.n_kv_heads;
+  a.hpc = plan.heads_per_cta;
+  a.wph = plan.warps_per_head;
+  a.num_splits = plan.num_splits;
+  a.parts = plan.parts;
+  a.scale_log2 = p.attn_scale * 1.4426950408889634f;
+  DecodeTables t{};
+  for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
+  t.rot_scale = f.rot_scale;
+  t.lut_scale = f.lut_scale;
+  t.nc = f.norm_correction ? 1 : 0;
+  dispatch_decode_format(f, [&](auto cfg) {
+    using C = decltype(cfg);
+    using Q = QCfg<C>;
+    if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
+    a.stage_bytes = plan.warps_per_head * 16 * plan.heads_per_cta * Q::kSlot;
+    a.stages = (plan.smem_bytes - 8 * Q::D * 4) / a.stage_bytes;
+    if (a.stages < 2 || a.stages > 4) throw_error("paged_decode: plan does not match this format (use plan_decode)");
+    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+    const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
+    decode_kernel<C><<<grid, plan.threads, plan.smem_bytes, stream>>>(a, t, cache.data);
+    TQ_CUDA_CHECK(cudaGetLastError());
+  });
+  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, stream);
+}
+
+}  // namespace tq::cuda

@@ -1,0 +1,245 @@
+// FP16 paged decode: the baseline the quantized kernel is measured against.
+// Same structure (split-KV, GQA-aware CTA over all its kv heads, cp.async ring,
+// m16n8k16 MMAs with the query group as N, online softmax, LSE merge); K and V
+// tiles are read with ldmatrix from an XOR-swizzled layout (16-byte chunk
+// q of token row t stored at q ^ (t & 7): the 8 rows of each 8x8 matrix hit 8
+// different bank groups). P is a single fp16 MMA operand, as in FlashAttention.
+#include <algorithm>
+#include <type_traits>
+
+#include "decode_common.cuh"
+#include "tq/cuda/check.h"
+#include "tq/cuda/decode.h"
+
+namespace tq::cuda {
+
+namespace {
+
+template <int D>
+__global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
+                                                         const __half* __restrict__ vc) {
+  constexpr int CR = D / 8;  // 16-byte chunks per token-head row
+  constexpr int KS = D / 16;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hpc = a.hpc, wph = a.wph;
+  const int hl = warp % hpc, ws = warp / hpc;
+  const int split = blockIdx.x, hg = blockIdx.y, b = blockIdx.z;
+  const int kvh = hg * hpc + hl;
+  const int r = lane >> 2, p = lane & 3;
+  const int tile = 16 * wph;
+  const dev::Range rg = dev::split_range(a.seq_lens[b], split, a.num_splits, tile);
+  const int half_sub = 16 * hpc * 2 * D;  // bytes of the K (or V) part of a sub-tile
+  const int sub_bytes = 2 * half_sub;
+
+  // Producer: the warps of sub-tile ws copy sub-tile ws: rows (kv·16 + tok)·hpc + h,
+  // CR 16-byte chunks each; a thread keeps chunk column q = gt % CR and walks rows
+  // gt/CR + i·(32·hpc/CR), so each cp.async instruction of a warp covers whole
+  // contiguous rows (consecutive heads of one token are adjacent in the cache).
+  // The block-table read and 64-bit base are per warp and stage; the per-chunk
+  // offsets take ~10 instructions (the first version divided per chunk and was
+  // issue-bound at 41% of copy bandwidth).
+  const int gt = hl * 32 + lane;
+  const int q = gt % CR, row0 = gt / CR, row_step = 32 * hpc / CR;
+  const int rows = 32 * hpc;
+  const int magic = (65536 + hpc - 1) / hpc;
+  const int32_t* btab = a.table + int64_t(b) * a.table_stride;
+  const int bs_mask = a.block_size - 1;
+  const int64_t v_minus_k = vc - kc;  // elements
+  auto issue = [&](int tidx, uint8_t* st) {
+    const int tj = rg.begin + tidx * tile + 16 * ws;
+    const int nvalid = min(max(rg.end - tj, 0), 16);
+    const __half* kbase = kc;
+    if (nvalid > 0) {
+      const int64_t page = btab[tj >> a.log2_block_size];
+      kbase = kc + (((page << a.log2_block_size) + (tj & bs_mask)) * a.n_kv_heads + hg * hpc) * int64_t(D) + 8 * q;
+    }
+    const uint32_t sub = dev::smem_u32(st) + ws * sub_bytes;
+    for (int row = row0; row < rows; row += row_step) {
+      const int ah = dev::small_div(row, magic);  // kv·16 + tok
+      const int h = row - ah * hpc, tok = ah & 15, kv = ah >> 4;
+      const uint32_t dst = sub + kv * half_sub + (tok * hpc + h) * (2 * D) + 16 * (q ^ (tok & 7));
+      if (nvalid == 16) {
+        dev::cp_async16_full(dst, kbase + (kv ? v_minus_k : 0) + (tok * a.n_kv_heads + h) * D);
+      } else {
+        const bool ok = tok < nvalid;
+        dev::cp_async16(dst, ok ? kbase + (kv ? v_minus_k : 0) + (tok * a.n_kv_heads + h) * D : kc, ok ? 16 : 0);
+      }
+    }
+  };
+
+  int wr = 0;
+  for (int s = 0; s < a.stages - 1; ++s) {
+    if (s < rg.tiles) issue(s, smem + wr * a.stage_bytes);
+    dev::cp_async_commit();
+    wr = wr + 1 == a.stages ? 0 : wr + 1;
+  }
+
+  // Query fragments (B operand): dims 16ks + 2p, +1 and +8, +9 of query row g = r.
+  uint32_t qf[KS][2];
+  const bool has_q = r < a.group;
+  const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + (has_q ? r : 0)) * a.q_sh;
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    qf[ks][0] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p) : 0u;
+    qf[ks][1] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p + 8) : 0u;
+  }
+
+  float acc[KS][4];
+#pragma unroll
+  for (int i = 0; i < KS; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  dev::Softmax sm;
+  const int mq = lane >> 3, i8 = lane & 7;
+  int rd = 0;
+  for (int it = 0; it < rg.tiles; ++it) {
+    dev::cp_async_wait_dyn(a.stages - 2);
+    __syncthreads();
+    if (it + a.stages - 1 < rg.tiles) issue(it + a.stages - 1, smem + wr * a.stage_bytes);
+    dev::cp_async_commit();
+    wr = wr + 1 == a.stages ? 0 : wr + 1;
+    const uint8_t* ks_base = smem + rd * a.stage_bytes + ws * sub_bytes;
+    const uint8_t* vs_base = ks_base + half_sub;
+    rd = rd + 1 == a.stages ? 0 : rd + 1;
+    const int t0 = rg.begin + it * tile + 16 * ws;
+    const int nvalid = min(rg.end - t0, 16);
+    if (nvalid <= 0) continue;
+
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    {
+      const int tok = i8 + 8 * (mq & 1);
+      const uint8_t* row = ks_base + (tok * hpc + hl) * (2 * D);
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint32_t af[4];
+        dev::ldmatrix_x4(af, row + 16 * ((2 * ks + (mq >> 1)) ^ (tok & 7)));
+        dev::mma_16816(s, af, qf[ks][0], qf[ks][1]);
+      }
+    }
+    float x[4] = {s[0] * a.scale_log2, s[1] * a.scale_log2, s[2] * a.scale_log2, s[3] * a.scale_log2};
+    if (r >= nvalid) x[0] = x[1] = -INFINITY;
+    if (r + 8 >= nvalid) x[2] = x[3] = -INFINITY;
+    float alpha[2];
+    sm.update(x, alpha);
+    const uint32_t b0 = dev::movmatrix_trans(dev::pack_half2(x[0], x[1]));
+    const uint32_t b1 = dev::movmatrix_trans(dev::pack_half2(x[2], x[3]));
+    {
+      const int tok = i8 + 8 * (mq >> 1);
+      const uint8_t* row = vs_base + (tok * hpc + hl) * (2 * D);
+#pragma unroll
+      for (int i = 0; i < KS; ++i) {
+        acc[i][0] *= alpha[0];
+        acc[i][1] *= alpha[1];
+        acc[i][2] *= alpha[0];
+        acc[i][3] *= alpha[1];
+        uint32_t af[4];
+        dev::ldmatrix_x4_trans(af, row + 16 * ((2 * i + (mq & 1)) ^ (tok & 7)));
+        dev::mma_16816(acc[i], af, b0, b1);
+      }
+    }
+  }
+  dev::cp_async_wait<0>();
+
+  const int part = split * wph + ws;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const float l = dev::sum_over_token_lanes(sm.l[c]);
+    const int g = 2 * p + c;
+    if (g >= a.group) continue;
+    const int qh = kvh * a.group + g;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    if (a.parts == 1) {
+      __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh) * a.o_sh;
+#pragma unroll
+      for (int i = 0; i < KS; ++i) {
+        o[16 * i + r] = __float2half_rn(acc[i][c] * inv);
+        o[16 * i + r + 8] = __float2half_rn(acc[i][c + 2] * inv);
+      }
+    } else {
+      const int64_t rowi = (int64_t(b) * a.n_q_heads + qh) * a.parts + part;
+      float* o = a.o_part + rowi * D;
+#pragma unroll
+      for (int i = 0; i < KS; ++i) {
+        o[16 * i + r] = acc[i][c] * inv;
+        o[16 * i + r + 8] = acc[i][c + 2] * inv;
+      }
+      if (r == 0) a.lse_part[rowi] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
+    }
+  }
+}
+
+template <class Fn>
+void dispatch_f16(int d, Fn&& fn) {
+  switch (d) {
+    case 64: fn(std::integral_constant<int, 64>{}); break;
+    case 128: fn(std::integral_constant<int, 128>{}); break;
+    case 256: fn(std::integral_constant<int, 256>{}); break;
+    default: throw_error("paged_decode_f16: head_dim must be 64, 128 or 256");
+  }
+}
+
+}  // namespace
+
+DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, int sm_count) {
+  const std::string why = decode_f16_can_implement(cache, p);
+  if (!why.empty()) throw_error(why.c_str());
+  if (sm_count <= 0) sm_count = decode_device_sms();
+  DecodePlan plan;
+  dispatch_f16(cache.head_dim, [&](auto dc) {
+    constexpr int D = decltype(dc)::value;
+    int stage_bytes = 0, stages = 0;
+    plan_layout(cache.n_kv_heads, 4 * D, 0, 0, decode_device_smem_optin(), plan, stage_bytes, stages, true);
+    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+    int occ = 0;
+    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D>, plan.threads, plan.smem_bytes));
+    plan.ctas_per_sm = occ;
+  });
+  finish_plan(p, cache.head_dim, sm_count, plan);
+  return plan;
+}
+
+void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const DecodePlan& plan, void* workspace,
+                      cudaStream_t stream) {
+  const std::string why = decode_f16_can_implement(cache, p);
+  if (!why.empty()) throw_error(why.c_str());
+  if (plan.parts > 1 && !workspace) throw_error("paged_decode_f16: the plan needs a workspace (plan.workspace_bytes)");
+  if (p.blocks.batch > 65535 || plan.num_splits < 1) throw_error("paged_decode_f16: batch must be ≤ 65535 and the plan valid");
+  const int D = cache.head_dim;
+  DecodeArgs a{};
+  a.q = static_cast<const __half*>(p.query);
+  a.q_sb = p.q_stride_batch;
+  a.q_sh = p.q_stride_head;
+  a.out = static_cast<__half*>(p.out);
+  a.o_sb = p.o_stride_batch;
+  a.o_sh = p.o_stride_head;
+  const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
+  a.o_part = static_cast<float*>(workspace);
+  a.lse_part = workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + (rows * size_t(D) * 4 + 255) / 256 * 256)
+                         : nullptr;
+  a.table = p.blocks.table;
+  a.table_stride = p.blocks.stride;
+  a.seq_lens = p.blocks.seq_lens;
+  a.block_size = cache.block_size;
+  a.log2_block_size = __builtin_ctz(unsigned(cache.block_size));
+  a.n_kv_heads = cache.n_kv_heads;
+  a.n_q_heads = p.n_q_heads;
+  a.group = p.n_q_heads / cache.n_kv_heads;
+  a.hpc = plan.heads_per_cta;
+  a.wph = plan.warps_per_head;
+  a.num_splits = plan.num_splits;
+  a.parts = plan.parts;
+  a.scale_log2 = p.attn_scale * 1.4426950408889634f;
+  a.stage_bytes = plan.warps_per_head * 16 * plan.heads_per_cta * 4 * D;
+  a.stages = plan.smem_bytes / a.stage_bytes;
+  if (a.stages < 2 || a.stages > 4) throw_error("paged_decode_f16: plan does not match this cache (use plan_decode_f16)");
+  dispatch_f16(D, [&](auto dc) {
+    constexpr int DD = decltype(dc)::value;
+    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+    const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
+    decode_f16_kernel<DD><<<grid, plan.threads, plan.smem_bytes, stream>>>(a, static_cast<const __half*>(cache.k),
+                                                                           static_cast<const __half*>(cache.v));
+    TQ_CUDA_CHECK(cudaGetLastError());
+  });
+  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, stream);
+}
+
+}  // namespace tq::cuda

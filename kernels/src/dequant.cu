@@ -1,0 +1,193 @@
+// Paged dequant to fp16: one warp per token-head. Keys are inverse-rotated to
+// the original basis with the CPU decoder's exact float32 operation order, so
+// k_out == half(MseCodec/TurboCodec/PlainCodec::decode) bit for bit; values are
+// code·scale16 + zero16 (one rounding each, as UniformCodec::decode).
+#include <cuda_fp8.h>
+
+#include "bitexact.cuh"
+#include "formats.cuh"
+#include "tq/cuda/dequant.h"
+
+namespace tq::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+
+struct DequantTables {
+  float centroids[16];
+  float rot_scale;
+  uint32_t s1[4], s2[4];
+  bool nc;
+};
+
+struct DequantArgs {
+  const uint8_t* cache;
+  int block_size, n_kv_heads, slot_bytes;
+  const int32_t* table;
+  int table_stride;
+  const int32_t* seq_lens;
+  const int32_t* out_offsets;
+  __half* k_out;
+  __half* v_out;
+};
+
+template <int B>
+__device__ __forceinline__ int code_at(const uint8_t* s, int j) {
+  const int bit = B * j;
+  const uint32_t w = uint32_t(s[bit >> 3]) | (((bit & 7) + B > 8) ? uint32_t(s[(bit >> 3) + 1]) << 8 : 0u);
+  return int((w >> (bit & 7)) & ((1u << B) - 1u));
+}
+
+// TurboCodec::decode of one block (4 values per lane) → y (before the d cut).
+template <int KB>
+__device__ void turbo_decode_block(const uint8_t* blk, int lane, float rot_scale, const float* s_cen,
+                                   const uint32_t* s_signs, float (&y)[4]) {
+  const float norm = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    int idx;
+    if constexpr (KB == 4) {
+      idx = code_at<4>(blk + 2, i);
+    } else {
+      idx = code_at<2>(blk + 2, i) | (code_at<1>(blk + 34, i) << 2);
+    }
+    float c = __fmul_rn(s_cen[idx], norm);
+    if ((s_signs[4 + (i >> 5)] >> (i & 31)) & 1u) c = -c;
+    y[k] = c;
+  }
+  dev::warp_fwht(y, lane);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    const float sc = ((s_signs[i >> 5] >> (i & 31)) & 1u) ? -rot_scale : rot_scale;
+    y[k] = __fmul_rn(y[k], sc);
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, DequantTables t) {
+  constexpr int D = C::kD;
+  constexpr int E = D / 32;
+  constexpr int kSlotMax = (C::kKeyBytes + C::kValueBytes + 1 + 3) & ~3;
+  __shared__ float s_cen[16];
+  __shared__ uint32_t s_signs[8];
+  __shared__ __align__(4) uint8_t s_slot[kWarps][kSlotMax];
+  // Tables → shared with compile-time indices (indexing the parameter struct at
+  // run time would copy it to a local-memory stack frame).
+  if (threadIdx.x == 0) {  // one thread, compile-time indices (tid-indexed copies became local-memory loads)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s_cen[i] = t.centroids[i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_signs[i] = t.s1[i];
+      s_signs[4 + i] = t.s2[i];
+    }
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int seq = blockIdx.y;
+  const int len = a.seq_lens[seq];
+  const int64_t th = int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t pos = th / a.n_kv_heads;
+  const int h = int(th - pos * a.n_kv_heads);
+  if (pos >= len) return;
+  const int page = a.table[int64_t(seq) * a.table_stride + pos / a.block_size];
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(
+      a.cache + ((int64_t(page) * a.block_size + pos % a.block_size) * a.n_kv_heads + h) * a.slot_bytes);
+  uint8_t* s = s_slot[warp];
+  for (int w = lane; w < a.slot_bytes / 2; w += 32) reinterpret_cast<uint16_t*>(s)[w] = src[w];
+  __syncwarp();
+
+  const int64_t row = (int64_t(a.out_offsets[seq]) + pos) * a.n_kv_heads + h;
+  __half* ko = a.k_out + row * D;
+  __half* vo = a.v_out + row * D;
+
+  if constexpr (C::kKey == KeyKind::mse) {
+    float c[E];
+#pragma unroll
+    for (int k = 0; k < E; ++k) c[k] = s_cen[code_at<C::kKeyBits>(s, lane + 32 * k)];
+    float scale = __half2float(__ushort_as_half(uint16_t(s[C::kIdxBytes] | (s[C::kIdxBytes + 1] << 8))));
+    if (t.nc) scale = __fmul_rn(scale, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dev::warp_tree_sum_squares(c), 1e-16f))));
+#pragma unroll
+    for (int k = 0; k < E; ++k) c[k] = __fmul_rn(c[k], scale);
+    dev::warp_fwht(c, lane);
+#pragma unroll
+    for (int k = 0; k < E; ++k) ko[lane + 32 * k] = __float2half_rn(__fmul_rn(c[k], t.rot_scale));
+  } else if constexpr (C::kKey == KeyKind::fp8) {
+    // e4m3 ⊂ fp16: the conversion is exact.
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      const __half_raw r = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(s[lane + 32 * k]), __NV_E4M3);
+      ko[lane + 32 * k] = __half(r);
+    }
+  } else {
+#pragma unroll
+    for (int b = 0; b < C::kTurboBlocks; ++b) {
+      float y[4];
+      turbo_decode_block<C::kKeyBits>(s + b * C::kTurboBlockBytes, lane, t.rot_scale, s_cen, s_signs, y);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (128 * b + lane + 32 * k < D) ko[128 * b + lane + 32 * k] = __float2half_rn(y[k]);
+    }
+  }
+
+  const uint8_t* vs = s + C::kKeyBytes;
+  if constexpr (C::kValue == ValueKind::uniform) {
+    const float scale = __half2float(__ushort_as_half(uint16_t(vs[C::kValueCodeBytes] | (vs[C::kValueCodeBytes + 1] << 8))));
+    const float zero =
+        __half2float(__ushort_as_half(uint16_t(vs[C::kValueCodeBytes + 2] | (vs[C::kValueCodeBytes + 3] << 8))));
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+      vo[lane + 32 * k] =
+          __float2half_rn(__fadd_rn(__fmul_rn(float(code_at<C::kValueBits>(vs, lane + 32 * k)), scale), zero));
+  } else {
+#pragma unroll
+    for (int b = 0; b < C::kTurboBlocks; ++b) {
+      float y[4];
+      turbo_decode_block<C::kValueBits>(vs + b * C::kTurboBlockBytes, lane, t.rot_scale, s_cen, s_signs, y);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (128 * b + lane + 32 * k < D) vo[128 * b + lane + 32 * k] = __float2half_rn(y[k]);
+    }
+  }
+}
+
+}  // namespace
+
+void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t stream) {
+  const std::string why = dequant_can_implement(f, p);
+  if (!why.empty()) throw_error(why.c_str());
+  if (p.max_seq_len == 0) return;
+  DequantTables t{};
+  for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
+  t.rot_scale = f.rot_scale;
+  for (int w = 0; w < 4; ++w) {
+    t.s1[w] = f.turbo_s1[w];
+    t.s2[w] = f.turbo_s2[w];
+  }
+  t.nc = f.norm_correction;
+  DequantArgs a{};
+  a.cache = p.cache.data;
+  a.block_size = p.cache.block_size;
+  a.n_kv_heads = p.cache.n_kv_heads;
+  a.slot_bytes = p.cache.slot_bytes;
+  a.table = p.blocks.table;
+  a.table_stride = p.blocks.stride;
+  a.seq_lens = p.blocks.seq_lens;
+  a.out_offsets = p.out_offsets;
+  a.k_out = static_cast<__half*>(p.k_out);
+  a.v_out = static_cast<__half*>(p.v_out);
+  const int64_t warps = int64_t(p.max_seq_len) * p.cache.n_kv_heads;
+  if ((warps + kWarps - 1) / kWarps > 0x7fffffff) throw_error("dequant_paged: max_seq_len · n_kv_heads too large");
+  if (p.blocks.batch > 65535) throw_error("dequant_paged: batch must be ≤ 65535");
+  const dim3 grid(unsigned((warps + kWarps - 1) / kWarps), unsigned(p.blocks.batch));
+  dispatch_format(f, [&](auto cfg) {
+    using C = decltype(cfg);
+    dequant_kernel<C><<<grid, kWarps * 32, 0, stream>>>(a, t);
+    TQ_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace tq::cuda

@@ -1,0 +1,135 @@
+// KvFormat → KernelFormat: read the CPU codecs' own parameters (codebook,
+// rotation, sign tables) so the kernels never restate them.
+#include "tq/cuda/kernel_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tq/error.h"
+#include "tq/float_formats.h"
+#include "tq/format.h"
+#include "tq/formats/mse.h"
+#include "tq/formats/plain.h"
+#include "tq/formats/turbo.h"
+#include "tq/formats/uniform.h"
+
+namespace tq::cuda {
+
+namespace {
+
+void copy_codebook(const ScalarCodebook& cb, KernelFormat& k) {
+  k.levels = cb.levels();
+  for (int i = 0; i < cb.levels(); ++i) k.centroids[i] = cb.centroids()[size_t(i)];
+  for (int i = 0; i + 1 < cb.levels(); ++i) k.midpoints[i] = cb.midpoints()[size_t(i)];
+}
+
+// α = 1 + j/2^17 minimising max_i |half(α·c_i) − α·c_i| / |α·c_i| (see lut_scale).
+float fp16_friendly_scale(const float* c, int n) {
+  std::vector<double> mags;
+  for (int i = 0; i < n; ++i)
+    if (c[i] != 0.f && std::find(mags.begin(), mags.end(), std::fabs(double(c[i]))) == mags.end())
+      mags.push_back(std::fabs(double(c[i])));
+  constexpr int kSteps = 1 << 17;
+  double best = 1e9, best_a = 1.0;
+  for (int j = 0; j < kSteps; ++j) {
+    const double a = 1.0 + double(j) / kSteps;
+    double worst = 0;
+    for (double m : mags) {
+      const double x = float(a * m);
+      worst = std::max(worst, std::fabs(double(half_to_float(float_to_half(float(x)))) - x) / x);
+      if (worst >= best) break;
+    }
+    if (worst < best) {
+      best = worst;
+      best_a = a;
+    }
+  }
+  return float(best_a);
+}
+
+uint32_t sign_mask(const std::vector<float>& s, int word) {
+  uint32_t m = 0;
+  for (int i = 0; i < 32; ++i)
+    if (s[size_t(word * 32 + i)] < 0.f) m |= 1u << i;
+  return m;
+}
+
+}  // namespace
+
+KernelFormat kernel_format(const KvFormat& f) {
+  KernelFormat k;
+  k.name = f.name;
+  k.head_dim = f.head_dim;
+  k.key_bytes = int(f.key_bytes());
+  k.value_bytes = int(f.value_bytes());
+  k.slot_bytes = int(f.slot_bytes());
+  const int d = f.head_dim;
+  TQ_CHECK(d == 64 || d == 128 || d == 256, "GPU kernels: format '{}': head_dim {} not supported (64, 128 or 256)",
+           f.name, d);
+  auto unsupported = [&](const std::string& why) -> Error {
+    return Error(fmt::format("GPU kernels: format '{}' at head_dim {} not supported: {} (supported: "
+                             "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4, "
+                             "k=mse3|mse4[+nc],v=u3|u4,rot=hadamard; k=fp8,v=u3|u4; turbo3; turbo4)",
+                             f.name, d, why));
+  };
+
+  if (const auto* mse = dynamic_cast<const MseCodec*>(f.key.get())) {
+    k.key = KeyKind::mse;
+    k.key_bits = mse->bits();
+    if (k.key_bits != 3 && k.key_bits != 4) throw unsupported(fmt::format("{}-bit mse keys (3 or 4)", k.key_bits));
+    if (mse->norm_mode() == NormMode::fold) throw unsupported("mse +fold norms");
+    if (!dynamic_cast<const HadamardRotation*>(&mse->rotation()))
+      throw unsupported(fmt::format("rotation '{}' (the kernels implement rot=hadamard)", mse->rotation().name()));
+    k.norm_correction = mse->norm_mode() == NormMode::nc;
+    copy_codebook(mse->codebook(), k);
+    k.lut_scale = fp16_friendly_scale(k.centroids, k.levels);
+    k.rot_scale = float(1.0 / std::sqrt(double(d)));
+  } else if (const auto* pl = dynamic_cast<const PlainCodec*>(f.key.get());
+             pl && pl->name() == "fp8") {
+    k.key = KeyKind::fp8;
+    k.key_bits = 8;
+  } else if (const auto* tb = dynamic_cast<const TurboCodec*>(f.key.get())) {
+    if (tb->kind() != TurboKind::turbo3 && tb->kind() != TurboKind::turbo4)
+      throw unsupported("turbo blocks other than turbo3/turbo4");
+    k.key = KeyKind::turbo;
+    k.key_bits = tb->kind() == TurboKind::turbo3 ? 3 : 4;
+    copy_codebook(tb->codebook(), k);
+    const auto& rot = tb->rotation();
+    for (int w = 0; w < 4; ++w) {
+      k.turbo_s1[w] = sign_mask(rot.signs1(), w);
+      k.turbo_s2[w] = sign_mask(rot.signs2(), w);
+    }
+    k.rot_scale = float(1.0 / std::sqrt(128.0));
+    const auto* tv = dynamic_cast<const TurboCodec*>(f.value.get());
+    if (!tv || tv->kind() != tb->kind()) throw unsupported("turbo keys need turbo values of the same kind");
+    k.value = ValueKind::turbo;
+    k.value_bits = k.key_bits;
+    return k;
+  } else {
+    throw unsupported(fmt::format("key codec '{}'", f.key->name()));
+  }
+
+  if (const auto* u = dynamic_cast<const UniformCodec*>(f.value.get())) {
+    k.value = ValueKind::uniform;
+    k.value_bits = u->bits();
+    if (k.value_bits != 3 && k.value_bits != 4) throw unsupported(fmt::format("u{} values (u3 or u4)", k.value_bits));
+  } else {
+    throw unsupported(fmt::format("value codec '{}'", f.value->name()));
+  }
+  return k;
+}
+
+std::string decode_support(const KernelFormat& f) {
+  if (f.key == KeyKind::turbo)
+    return fmt::format("format '{}': the paged decode kernel has no turbo-block path (store and dequant only)", f.name);
+  const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||
+                                             (f.key_bits == 3 && (f.value_bits == 4 || f.value_bits == 3)))) ||
+                  (f.key == KeyKind::fp8 && f.value_bits == 4);
+  if (!ok)
+    return fmt::format("format '{}': the paged decode kernel implements mse4+u4, mse3+u4, mse3+u3 and fp8+u4 "
+                       "(the turboquant_* presets)", f.name);
+  return {};
+}
+
+}  // namespace tq::cuda

@@ -1,0 +1,297 @@
+// Fused store kernels: one warp per token-head computes the key record (norm,
+// Hadamard rotation, bucketize, pack — or the fp8 cast, or turbo blocks) and
+// the value record (min/max quantize — or turbo blocks) in registers, builds
+// the slot in shared memory and writes it with 2-byte stores (slots are only
+// 2-byte aligned: 134 B at d=128). Bytes equal KvFormat::encode_slots.
+#include <cuda_fp8.h>
+
+#include "bitexact.cuh"
+#include "formats.cuh"
+#include "tq/cuda/store.h"
+
+namespace tq::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+
+struct StoreTables {
+  float centroids[16];
+  float midpoints[16];
+  float rot_scale;
+  uint32_t s1[4], s2[4];
+};
+
+struct StoreArgs {
+  const __half* key;
+  const __half* value;
+  int64_t ks_tok, ks_head, vs_tok, vs_head;
+  const int64_t* slot_mapping;
+  int64_t total;  // num_tokens · n_kv_heads
+  int n_kv_heads;
+  uint8_t* cache;
+  int slot_bytes;
+};
+
+// One turbo block (128 values, 4 per lane: element lane + 32k) → codes in smem,
+// returns the corrected norm as fp16 bits. TurboCodec::encode_block.
+template <int KB>
+__device__ uint16_t turbo_block(float (&x)[4], int lane, const StoreTables& t, const float* s_mid,
+                                const float* s_cen, uint8_t* codes) {
+  const float n = __fsqrt_rn(dev::warp_tree_sum_squares(x));
+  const float inv = n > 1e-10f ? __fdiv_rn(1.0f, n) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    float y = __fmul_rn(x[k], inv);
+    if ((t.s1[i >> 5] >> (i & 31)) & 1u) y = -y;  // × (−1): exact
+    x[k] = y;
+  }
+  dev::warp_fwht(x, lane);
+  float c[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = lane + 32 * k;
+    const float sc = ((t.s2[i >> 5] >> (i & 31)) & 1u) ? -t.rot_scale : t.rot_scale;  // scale·s2, exact
+    const int idx = dev::bucketize<1 << KB>(__fmul_rn(x[k], sc), s_mid);
+    codes[i] = uint8_t(idx);
+    c[k] = s_cen[idx];
+  }
+  const float recon = __fsqrt_rn(dev::warp_tree_sum_squares(c));
+  return __half_as_ushort(__float2half_rn(recon > 1e-10f ? __fdiv_rn(n, recon) : n));
+}
+
+__device__ __forceinline__ void store_u16(uint8_t* p, uint32_t v) { *reinterpret_cast<uint16_t*>(p) = uint16_t(v); }
+
+// One LSB-first stream of n B-bit codes (staged one per byte, 16-byte aligned)
+// to dst (2-byte aligned) with 2-byte stores: lane-strided 16-bit words, each
+// packed from one vector load of the codes it holds. (The first version built
+// every byte with a generic bit loop: ~15% of copy bandwidth for the store.)
+template <int B>
+__device__ __forceinline__ void write_stream(const uint8_t* codes, int n, uint8_t* dst, int lane) {
+  if constexpr (B == 8) {
+    for (int w = lane; w < n / 2; w += 32) store_u16(dst + 2 * w, *reinterpret_cast<const uint16_t*>(codes + 2 * w));
+  } else if constexpr (B == 4) {
+    for (int w = lane; w < n / 4; w += 32) {
+      const uint32_t x = *reinterpret_cast<const uint32_t*>(codes + 4 * w);
+      store_u16(dst + 2 * w, (x & 0xfu) | ((x >> 4) & 0xf0u) | ((x >> 8) & 0xf00u) | ((x >> 12) & 0xf000u));
+    }
+  } else if constexpr (B == 2) {
+    for (int w = lane; w < n / 8; w += 32) {
+      const uint2 x = *reinterpret_cast<const uint2*>(codes + 8 * w);
+      uint32_t v = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v |= ((x.x >> (8 * i)) & 3u) << (2 * i) | ((x.y >> (8 * i)) & 3u) << (2 * i + 8);
+      store_u16(dst + 2 * w, v);
+    }
+  } else if constexpr (B == 1) {
+    for (int w = lane; w < n / 16; w += 32) {
+      const uint4 x = *reinterpret_cast<const uint4*>(codes + 16 * w);
+      const uint32_t q[4] = {x.x, x.y, x.z, x.w};
+      uint32_t v = 0;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v |= ((q[i / 4] >> (8 * (i % 4))) & 1u) << i;
+      store_u16(dst + 2 * w, v);
+    }
+  } else {
+    static_assert(B == 3, "code widths 1, 2, 3, 4, 8");
+    for (int g = lane; g < n / 16; g += 32) {  // 16 codes = 48 bits = three 16-bit words
+      const uint4 x = *reinterpret_cast<const uint4*>(codes + 16 * g);
+      const uint32_t q[4] = {x.x, x.y, x.z, x.w};
+      uint64_t v = 0;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v |= uint64_t((q[i / 4] >> (8 * (i % 4))) & 7u) << (3 * i);
+      store_u16(dst + 6 * g, uint32_t(v));
+      store_u16(dst + 6 * g + 2, uint32_t(v >> 16));
+      store_u16(dst + 6 * g + 4, uint32_t(v >> 32));
+    }
+  }
+}
+
+// turbo3/turbo4 blocks: {fp16 norm, qs, [signs]} per 128 codes (tq/formats/turbo.h).
+template <int KB, int BLOCKS, int BLOCK_BYTES>
+__device__ __forceinline__ void write_turbo(uint8_t* codes, const uint16_t (&norm)[BLOCKS > 1 ? BLOCKS : 1],
+                                            uint8_t* dst, int lane) {
+#pragma unroll
+  for (int b = 0; b < BLOCKS; ++b) {
+    uint8_t* blk = dst + b * BLOCK_BYTES;
+    const uint8_t* c = codes + 128 * b;
+    if (lane == 0) store_u16(blk, norm[b]);
+    if constexpr (KB == 4) {
+      write_stream<4>(c, 128, blk + 2, lane);
+    } else {
+      // low 2 bits in qs[32], the third bit in signs[16]: split the codes in place
+      for (int w = lane; w < 128 / 8; w += 32) {
+        const uint2 x = *reinterpret_cast<const uint2*>(c + 8 * w);
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          lo |= ((x.x >> (8 * i)) & 3u) << (2 * i) | ((x.y >> (8 * i)) & 3u) << (2 * i + 8);
+          hi |= ((x.x >> (8 * i + 2)) & 1u) << i | ((x.y >> (8 * i + 2)) & 1u) << (i + 4);
+        }
+        store_u16(blk + 2 + 2 * w, lo);
+        // signs byte w (codes 8w … 8w+7): written as pairs of bytes by even lanes
+        const uint32_t hn = __shfl_down_sync(0x0000ffffu, hi, 1);
+        if (!(w & 1)) store_u16(blk + 34 + w, hi | (hn << 8));
+      }
+    }
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTables t) {
+  constexpr int D = C::kD;
+  constexpr int E = D / 32;
+  constexpr int kCodes = C::kKey == KeyKind::turbo ? C::kTurboBlocks * 128 : D;
+  __shared__ float s_mid[16], s_cen[16];
+  __shared__ __align__(16) uint8_t s_kc[kWarps][kCodes];
+  __shared__ __align__(16) uint8_t s_vc[kWarps][kCodes];
+  if (threadIdx.x == 0) {  // one thread, compile-time indices: no local copy of the parameters
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      s_mid[i] = t.midpoints[i];
+      s_cen[i] = t.centroids[i];
+    }
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint8_t* kc = s_kc[warp];
+  uint8_t* vc = s_vc[warp];
+
+  {
+    // One token-head per warp and no early exit: the warp's lanes stay provably
+    // converged, so nvcc emits plain SHFL (a grid-stride loop with `continue`
+    // wrapped each of ~45 shuffles in WARPSYNC/ENDCOLLECTIVE emulation).
+    const int64_t th_raw = int64_t(blockIdx.x) * kWarps + warp;
+    const bool active = th_raw < a.total;
+    const int64_t th = active ? th_raw : a.total - 1;
+    const int64_t tok = th / a.n_kv_heads;
+    const int h = int(th - tok * a.n_kv_heads);
+    // Padding tokens (slot < 0) are computed but not written: a `continue` here
+    // made every later shuffle a collective-emulation block (WARPSYNC/BRA).
+    const int64_t dst_slot = a.slot_mapping[tok];
+    const bool write = active && dst_slot >= 0;
+    float x[E], v[E];
+    const __half* kp = a.key + tok * a.ks_tok + h * a.ks_head;
+    const __half* vp = a.value + tok * a.vs_tok + h * a.vs_head;
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      x[k] = __half2float(kp[lane + 32 * k]);
+      v[k] = __half2float(vp[lane + 32 * k]);
+    }
+
+    // ---- key record ----
+    uint16_t knorm[C::kTurboBlocks > 1 ? C::kTurboBlocks : 1] = {};
+    if constexpr (C::kKey == KeyKind::mse) {
+      // MseCodec::rotate_unit + pack
+      const float norm = __fsqrt_rn(dev::warp_tree_sum_squares(x));
+      dev::warp_fwht(x, lane);
+      const float inv = __fdiv_rn(1.0f, __fadd_rn(norm, 1e-8f));
+#pragma unroll
+      for (int k = 0; k < E; ++k)
+        kc[lane + 32 * k] = uint8_t(dev::bucketize<C::kLevels>(__fmul_rn(__fmul_rn(x[k], t.rot_scale), inv), s_mid));
+      knorm[0] = __half_as_ushort(__float2half_rn(norm));
+    } else if constexpr (C::kKey == KeyKind::fp8) {
+#pragma unroll
+      for (int k = 0; k < E; ++k) kc[lane + 32 * k] = uint8_t(__nv_cvt_float_to_fp8(x[k], __NV_SATFINITE, __NV_E4M3));
+    } else {
+#pragma unroll
+      for (int b = 0; b < C::kTurboBlocks; ++b) {
+        float xb[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) xb[k] = 4 * b + k < E ? x[4 * b + k] : 0.f;  // d=64: zero padding
+        knorm[b] = turbo_block<C::kKeyBits>(xb, lane, t, s_mid, s_cen, kc + 128 * b);
+      }
+    }
+
+    // ---- value record ----
+    uint16_t vf0[C::kTurboBlocks > 1 ? C::kTurboBlocks : 1] = {}, vf1 = 0;
+    if constexpr (C::kValue == ValueKind::uniform) {
+      // UniformCodec::encode
+      constexpr int qmax = (1 << C::kValueBits) - 1;
+      float mn, mx;
+      dev::warp_min_max(v, mn, mx);
+      float scale = __fdiv_rn(__fsub_rn(mx, mn), float(qmax));
+      if (!(scale > 1e-8f)) scale = 1e-8f;
+#pragma unroll
+      for (int k = 0; k < E; ++k) {
+        const float q = floorf(__fadd_rn(__fdiv_rn(__fsub_rn(v[k], mn), scale), 0.5f));
+        vc[lane + 32 * k] = uint8_t(min(max(int(q), 0), qmax));
+      }
+      vf0[0] = __half_as_ushort(__float2half_rn(scale));
+      vf1 = __half_as_ushort(__float2half_rn(mn));
+    } else {
+#pragma unroll
+      for (int b = 0; b < C::kTurboBlocks; ++b) {
+        float vb[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) vb[k] = 4 * b + k < E ? v[4 * b + k] : 0.f;
+        vf0[b] = turbo_block<C::kValueBits>(vb, lane, t, s_mid, s_cen, vc + 128 * b);
+      }
+    }
+    __syncwarp();
+
+    // ---- write the slot: code streams straight from the staged codes, 2-byte stores ----
+    uint8_t* dst = a.cache + (dst_slot * a.n_kv_heads + h) * int64_t(a.slot_bytes);
+    if (write) {
+    if constexpr (C::kKey == KeyKind::mse) {
+      write_stream<C::kKeyBits>(kc, D, dst, lane);
+      if (lane == 0) store_u16(dst + C::kIdxBytes, knorm[0]);
+    } else if constexpr (C::kKey == KeyKind::fp8) {
+      write_stream<8>(kc, D, dst, lane);
+    } else {
+      write_turbo<C::kKeyBits, C::kTurboBlocks, C::kTurboBlockBytes>(kc, knorm, dst, lane);
+    }
+    uint8_t* vdst = dst + C::kKeyBytes;
+    if constexpr (C::kValue == ValueKind::uniform) {
+      write_stream<C::kValueBits>(vc, D, vdst, lane);
+      if (lane == 0) store_u16(vdst + C::kValueCodeBytes, vf0[0]);
+      if (lane == 1) store_u16(vdst + C::kValueCodeBytes + 2, vf1);
+    } else {
+      write_turbo<C::kValueBits, C::kTurboBlocks, C::kTurboBlockBytes>(vc, vf0, vdst, lane);
+    }
+    if (C::kKeyBytes + C::kValueBytes < a.slot_bytes && lane == 2) dst[a.slot_bytes - 1] = 0;  // pad byte
+    }
+  }
+}
+
+}  // namespace
+
+void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) {
+  const std::string why = store_can_implement(f, p);
+  if (!why.empty()) throw_error(why.c_str());
+  if (p.num_tokens == 0) return;
+  StoreTables t{};
+  for (int i = 0; i < 16; ++i) {
+    t.centroids[i] = f.centroids[i];
+    t.midpoints[i] = i < 15 ? f.midpoints[i] : 0.f;
+  }
+  t.rot_scale = f.rot_scale;
+  for (int w = 0; w < 4; ++w) {
+    t.s1[w] = f.turbo_s1[w];
+    t.s2[w] = f.turbo_s2[w];
+  }
+  StoreArgs a{};
+  a.key = static_cast<const __half*>(p.key);
+  a.value = static_cast<const __half*>(p.value);
+  a.ks_tok = p.key_stride_token;
+  a.ks_head = p.key_stride_head;
+  a.vs_tok = p.value_stride_token;
+  a.vs_head = p.value_stride_head;
+  a.slot_mapping = p.slot_mapping;
+  a.total = int64_t(p.num_tokens) * p.cache.n_kv_heads;
+  a.n_kv_heads = p.cache.n_kv_heads;
+  a.cache = p.cache.data;
+  a.slot_bytes = p.cache.slot_bytes;
+  dispatch_format(f, [&](auto cfg) {
+    using C = decltype(cfg);
+    if (C::kKeyBytes != f.key_bytes || C::kValueBytes != f.value_bytes)
+      throw_error("store_kv: compiled record sizes disagree with the format (internal error)");
+    const int64_t grid = (a.total + kWarps - 1) / kWarps;
+    if (grid > 0x7fffffff) throw_error("store_kv: num_tokens · n_kv_heads too large");
+    store_kernel<C><<<unsigned(grid), kWarps * 32, 0, stream>>>(a, t);
+    TQ_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace tq::cuda

@@ -1,0 +1,106 @@
+// can_implement checks of the launchers (host, g++: messages via fmt). Each
+// returns "" when the kernel can run the arguments, else what is wrong, naming
+// the field and its value.
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tq/cuda/decode.h"
+#include "tq/cuda/dequant.h"
+#include "tq/cuda/store.h"
+
+namespace tq::cuda {
+
+namespace {
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+bool valid_block_size(int b) { return b == 16 || b == 32 || b == 64 || b == 128; }
+
+std::string check_cache(const char* who, const KernelFormat& f, const PagedCache& c) {
+  if (!c.data) return fmt::format("{}: cache.data is null", who);
+  if (!aligned(c.data, 16)) return fmt::format("{}: cache.data must be 16-byte aligned", who);
+  if (c.slot_bytes != f.slot_bytes)
+    return fmt::format("{}: cache.slot_bytes {} != format '{}' slot_bytes {}", who, c.slot_bytes, f.name, f.slot_bytes);
+  if (f.slot_bytes % 2) return fmt::format("{}: format '{}' has an odd slot size {}", who, f.name, f.slot_bytes);
+  if (!valid_block_size(c.block_size))
+    return fmt::format("{}: cache.block_size {} not supported (16, 32, 64 or 128)", who, c.block_size);
+  if (c.n_kv_heads < 1) return fmt::format("{}: cache.n_kv_heads {} must be ≥ 1", who, c.n_kv_heads);
+  if (c.num_blocks < 1) return fmt::format("{}: cache.num_blocks {} must be ≥ 1", who, c.num_blocks);
+  return {};
+}
+
+std::string check_blocks(const char* who, const BlockTable& b) {
+  if (b.batch < 1) return fmt::format("{}: batch {} must be ≥ 1", who, b.batch);
+  if (!b.table || !b.seq_lens) return fmt::format("{}: block table or seq_lens is null", who);
+  if (b.stride < 1) return fmt::format("{}: block table stride {} must be ≥ 1", who, b.stride);
+  return {};
+}
+
+std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, const DecodeParams& p) {
+  if (auto e = check_blocks(who, p.blocks); !e.empty()) return e;
+  if (!p.query || !p.out) return fmt::format("{}: query or out is null", who);
+  if (p.n_q_heads < 1 || p.n_q_heads % n_kv_heads)
+    return fmt::format("{}: n_q_heads {} must be a positive multiple of n_kv_heads {}", who, p.n_q_heads, n_kv_heads);
+  const int g = p.n_q_heads / n_kv_heads;
+  if (g > 8)
+    return fmt::format("{}: {} query heads per kv head not supported (the kernel's MMA N tile holds ≤ 8)", who, g);
+  if (n_kv_heads > 8 && n_kv_heads % 8)
+    return fmt::format("{}: n_kv_heads {} not supported (≤ 8, or a multiple of 8)", who, n_kv_heads);
+  if (!aligned(p.query, 4) || p.q_stride_batch % 2 || p.q_stride_head % 2 || p.q_stride_head < head_dim)
+    return fmt::format("{}: query must be 4-byte aligned with even strides ≥ head_dim (got {}, {})", who,
+                       p.q_stride_batch, p.q_stride_head);
+  if (!aligned(p.out, 4) || p.o_stride_batch % 2 || p.o_stride_head % 2 || p.o_stride_head < head_dim)
+    return fmt::format("{}: out must be 4-byte aligned with even strides ≥ head_dim (got {}, {})", who,
+                       p.o_stride_batch, p.o_stride_head);
+  if (!(p.attn_scale == p.attn_scale) || p.attn_scale == 0.f)
+    return fmt::format("{}: attn_scale {} must be finite and non-zero", who, p.attn_scale);
+  if (p.num_splits < 0 || p.num_splits > 256) return fmt::format("{}: num_splits {} must be 0 (auto) or 1..256", who, p.num_splits);
+  if (p.max_seq_len < 0) return fmt::format("{}: max_seq_len {} must be ≥ 0", who, p.max_seq_len);
+  return {};
+}
+
+}  // namespace
+
+std::string store_can_implement(const KernelFormat& f, const StoreParams& p) {
+  if (auto e = check_cache("store_kv", f, p.cache); !e.empty()) return e;
+  if (p.num_tokens < 0) return fmt::format("store_kv: num_tokens {} must be ≥ 0", p.num_tokens);
+  if (p.num_tokens == 0) return {};
+  if (!p.key || !p.value || !p.slot_mapping) return "store_kv: key, value or slot_mapping is null";
+  if (!aligned(p.key, 2) || !aligned(p.value, 2)) return "store_kv: key/value must be 2-byte aligned fp16";
+  if (p.key_stride_head < f.head_dim || p.key_stride_token < p.key_stride_head * p.cache.n_kv_heads)
+    return fmt::format("store_kv: key strides (token {}, head {}) overlap rows of head_dim {} × {} heads",
+                       p.key_stride_token, p.key_stride_head, f.head_dim, p.cache.n_kv_heads);
+  if (p.value_stride_head < f.head_dim || p.value_stride_token < p.value_stride_head * p.cache.n_kv_heads)
+    return fmt::format("store_kv: value strides (token {}, head {}) overlap rows of head_dim {} × {} heads",
+                       p.value_stride_token, p.value_stride_head, f.head_dim, p.cache.n_kv_heads);
+  return {};
+}
+
+std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p) {
+  if (auto e = check_cache("dequant_paged", f, p.cache); !e.empty()) return e;
+  if (auto e = check_blocks("dequant_paged", p.blocks); !e.empty()) return e;
+  if (!p.out_offsets || !p.k_out || !p.v_out) return "dequant_paged: out_offsets, k_out or v_out is null";
+  if (!aligned(p.k_out, 2) || !aligned(p.v_out, 2)) return "dequant_paged: k_out/v_out must be 2-byte aligned";
+  if (p.max_seq_len < 0) return fmt::format("dequant_paged: max_seq_len {} must be ≥ 0", p.max_seq_len);
+  return {};
+}
+
+std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p) {
+  if (auto e = decode_support(f); !e.empty()) return "paged_decode: " + e;
+  if (auto e = check_cache("paged_decode", f, cache); !e.empty()) return e;
+  return check_decode_common("paged_decode", f.head_dim, cache.n_kv_heads, p);
+}
+
+std::string decode_f16_can_implement(const PagedCacheF16& c, const DecodeParams& p) {
+  const char* who = "paged_decode_f16";
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    return fmt::format("{}: head_dim {} not supported (64, 128 or 256)", who, c.head_dim);
+  if (!c.k || !c.v || !aligned(c.k, 16) || !aligned(c.v, 16)) return fmt::format("{}: k/v must be 16-byte aligned", who);
+  if (!valid_block_size(c.block_size))
+    return fmt::format("{}: block_size {} not supported (16, 32, 64 or 128)", who, c.block_size);
+  if (c.n_kv_heads < 1 || c.num_blocks < 1) return fmt::format("{}: n_kv_heads and num_blocks must be ≥ 1", who);
+  return check_decode_common(who, c.head_dim, c.n_kv_heads, p);
+}
+
+}  // namespace tq::cuda

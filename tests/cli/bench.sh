@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tq-bench: listing, the CPU reference timing, and a clear refusal (exit 2)
+# of GPU benchmarks on a machine without a CUDA device.
+source "$(dirname "$0")/lib.bash"
+BIN=$BUILD/tq-bench
+[ -x "$BIN" ] || { echo "tq-bench not built: skipped"; exit 77; }
+
+run "$BIN" --list-formats --head-dim 128
+expect_rc 0
+expect_out "turboquant_4bit_nc"
+expect_out "134"
+
+run "$BIN" --list-formats --head-dim 64 --json
+expect_rc 0
+expect_json
+
+run "$BIN" --cpu --format turboquant_4bit_nc --format turbo3 --batch 1 --ctx 256 --json
+expect_rc 0
+expect_json
+expect_out '"encode_mvec_per_s"'
+
+run "$BIN" --cpu --format no_such_format --batch 1 --ctx 64
+expect_rc 2
+expect_err "unknown format"
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  run "$BIN" --format turboquant_4bit_nc --batch 1 --ctx 64
+  expect_rc 2
+  expect_err "use --cpu"
+  expect_empty_out
+fi
+finish

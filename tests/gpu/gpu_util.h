@@ -1,0 +1,113 @@
+// Helpers of the GPU tests: device buffers, fp16 test data, a paged layout.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "tq/cuda/check.h"
+#include "tq/float_formats.h"
+#include "tq/rng.h"
+
+namespace tqtest {
+
+class DevMem {
+ public:
+  explicit DevMem(size_t bytes) : n_(bytes) {
+    if (bytes) TQ_CUDA_CHECK(cudaMalloc(&p_, bytes));
+  }
+  ~DevMem() {
+    if (p_) cudaFree(p_);
+  }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  template <class T = void>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t size() const { return n_; }
+  void fill(uint8_t byte) { TQ_CUDA_CHECK(cudaMemset(p_, byte, n_)); }
+  void upload(const void* h, size_t bytes) { TQ_CUDA_CHECK(cudaMemcpy(p_, h, bytes, cudaMemcpyHostToDevice)); }
+  template <class T>
+  void upload(const std::vector<T>& v) { upload(v.data(), v.size() * sizeof(T)); }
+  template <class T>
+  std::vector<T> download(size_t count) const {
+    std::vector<T> v(count);
+    TQ_CUDA_CHECK(cudaMemcpy(v.data(), p_, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_;
+};
+
+inline void device_sync() {
+  TQ_CUDA_CHECK(cudaGetLastError());
+  TQ_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Fast approximate N(0,1) (Irwin–Hall of 4 uniforms, rescaled): test data only.
+inline double fast_gauss(tq::Rng& rng) {
+  double s = 0;
+  for (int i = 0; i < 4; ++i) s += double(rng.next_u64() >> 11) * 0x1p-53;
+  return (s - 2.0) * 1.7320508075688772;
+}
+
+// Rows of d fp16 values: mean + sigma·N(0,1)·(per-row factor in [0.5, 2]).
+inline std::vector<uint16_t> random_rows(tq::Rng& rng, size_t rows, int d, double mean, double sigma) {
+  std::vector<uint16_t> h(rows * size_t(d));
+  for (size_t r = 0; r < rows; ++r) {
+    const double f = sigma * (0.5 + 1.5 * double(rng.next_u64() >> 11) * 0x1p-53);
+    for (int j = 0; j < d; ++j) h[r * d + j] = tq::float_to_half(float(mean + f * fast_gauss(rng)));
+  }
+  return h;
+}
+
+inline std::vector<float> halves_to_floats(const std::vector<uint16_t>& h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = tq::half_to_float(h[i]);
+  return f;
+}
+
+// A paged layout for sequences of the given lengths: shuffled physical blocks,
+// a few spare blocks nobody owns; table entries beyond a sequence are -1.
+struct Paging {
+  int block_size = 16, batch = 0, stride = 0;
+  int64_t num_blocks = 0;
+  std::vector<int32_t> table, lens;
+  std::vector<int64_t> slot_of_token;  // all tokens of all sequences, in (sequence, position) order
+  int64_t total_tokens = 0;
+  int max_len = 0;
+};
+
+inline Paging make_paging(const std::vector<int>& lens, int block_size, tq::Rng& rng, int spare_blocks = 3) {
+  Paging p;
+  p.block_size = block_size;
+  p.batch = int(lens.size());
+  p.lens.assign(lens.begin(), lens.end());
+  int64_t need = 0;
+  for (int l : lens) {
+    const int nb = (l + block_size - 1) / block_size;
+    need += nb;
+    p.stride = std::max(p.stride, std::max(nb, 1));
+    p.max_len = std::max(p.max_len, l);
+  }
+  p.num_blocks = need + spare_blocks;
+  std::vector<int32_t> ids(size_t(p.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[size_t(rng.below(i))]);
+  p.table.assign(size_t(p.batch) * size_t(p.stride), -1);
+  size_t next = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    const int nb = (lens[size_t(b)] + block_size - 1) / block_size;
+    for (int i = 0; i < nb; ++i) p.table[size_t(b) * p.stride + i] = ids[next++];
+    for (int t = 0; t < lens[size_t(b)]; ++t)
+      p.slot_of_token.push_back(int64_t(p.table[size_t(b) * p.stride + t / block_size]) * block_size + t % block_size);
+  }
+  p.total_tokens = int64_t(p.slot_of_token.size());
+  return p;
+}
+
+}  // namespace tqtest

@@ -1,0 +1,18 @@
+// Catch2 runner for the GPU tests: exits 77 (ctest: skipped) when there is no
+// CUDA device, so CI machines without a GPU report the suite as skipped.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+
+#include "tq/cuda/device.h"
+
+int main(int argc, char** argv) {
+  if (tq::cuda::device_count() == 0) {
+    std::puts("tq_gpu_tests: no CUDA device: skipped");
+    return 77;
+  }
+  const auto info = tq::cuda::device_info(0);
+  std::printf("tq_gpu_tests: %s (sm_%d%d, %d SMs)\n", info.name.c_str(), info.major, info.minor, info.sm_count);
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,432 @@
+// Paged decode (quantized and the FP16 baseline) against a float64 attention
+// over the CPU-dequantized cache, and paged dequant against the CPU decoder.
+// Every output is poisoned (NaN) first; every element must be written, finite
+// and within 1e-3 relative error (per query row: ‖out − ref‖ / ‖ref‖).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "gpu_util.h"
+#include "tq/cuda/decode.h"
+#include "tq/cuda/dequant.h"
+#include "tq/cuda/kernel_format.h"
+#include "tq/cuda/store.h"
+#include "tq/error.h"
+#include "tq/format.h"
+
+using namespace tqtest;
+
+namespace {
+
+constexpr double kTol = 1e-3;
+
+struct DecodeCase {
+  std::string fmt;  // a KV format, or "f16" for the FP16 baseline kernel
+  int d = 128, hq = 32, hkv = 8, bs = 16;
+  std::vector<int> lens;
+  int splits = 0;  // 0 = auto
+  double q_sigma = 2.0;
+  uint64_t seed = 1;
+};
+
+// A filled paged cache (GPU) plus its CPU-dequantized contents.
+struct Filled {
+  Paging pg;
+  std::vector<float> k, v;  // [total_tokens, hkv, d] in (sequence, position) order: what the cache decodes to
+  std::vector<int64_t> first;  // first token row of each sequence in k/v
+  std::unique_ptr<DevMem> cache, kc, vc, table, lens;
+  int slot_bytes = 0;
+};
+
+Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
+  Filled F;
+  F.pg = make_paging(c.lens, c.bs, rng);
+  const auto& pg = F.pg;
+  const size_t rows = size_t(pg.total_tokens) * c.hkv;
+  const auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
+  const auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  F.first.resize(size_t(pg.batch));
+  for (int b = 0, acc = 0; b < pg.batch; acc += pg.lens[size_t(b)], ++b) F.first[size_t(b)] = acc;
+  const size_t slots = size_t(pg.num_blocks) * pg.block_size * c.hkv;
+  if (c.fmt == "f16") {
+    std::vector<uint16_t> hk(slots * c.d, 0xffff), hv(slots * c.d, 0xffff);  // NaN poison in unused positions
+    for (int64_t t = 0; t < pg.total_tokens; ++t)
+      for (int h = 0; h < c.hkv; ++h)
+        for (int j = 0; j < c.d; ++j) {
+          const size_t src = (size_t(t) * c.hkv + h) * c.d + j;
+          const size_t dst = (size_t(pg.slot_of_token[size_t(t)]) * c.hkv + h) * c.d + j;
+          hk[dst] = kh[src];
+          hv[dst] = vh[src];
+        }
+    F.kc = std::make_unique<DevMem>(hk.size() * 2);
+    F.vc = std::make_unique<DevMem>(hv.size() * 2);
+    F.kc->upload(hk);
+    F.vc->upload(hv);
+    F.k = halves_to_floats(kh);
+    F.v = halves_to_floats(vh);
+  } else {
+    const tq::KvFormat f = tq::make_format(c.fmt, c.d);
+    const auto kf = tq::cuda::kernel_format(f);
+    F.slot_bytes = int(f.slot_bytes());
+    F.cache = std::make_unique<DevMem>(slots * f.slot_bytes());
+    F.cache->fill(0xff);  // fp16 fields of never-written slots read as NaN
+    DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(size_t(pg.total_tokens) * 8);
+    dk.upload(kh);
+    dv.upload(vh);
+    dmap.upload(pg.slot_of_token);
+    tq::cuda::StoreParams sp;
+    sp.key = dk.as();
+    sp.value = dv.as();
+    sp.key_stride_token = sp.value_stride_token = int64_t(c.hkv) * c.d;
+    sp.key_stride_head = sp.value_stride_head = c.d;
+    sp.slot_mapping = dmap.as<int64_t>();
+    sp.num_tokens = int(pg.total_tokens);
+    sp.cache = {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes};
+    tq::cuda::store_kv(kf, sp);
+    device_sync();
+    const auto bytes = F.cache->download<uint8_t>(F.cache->size());
+    F.k.resize(rows * c.d);
+    F.v.resize(rows * c.d);
+    for (int64_t t = 0; t < pg.total_tokens; ++t)
+      for (int h = 0; h < c.hkv; ++h)
+        f.decode_slots(bytes.data() + (size_t(pg.slot_of_token[size_t(t)]) * c.hkv + h) * f.slot_bytes(), 1,
+                       &F.k[(size_t(t) * c.hkv + h) * c.d], &F.v[(size_t(t) * c.hkv + h) * c.d]);
+  }
+  F.table = std::make_unique<DevMem>(pg.table.size() * 4);
+  F.table->upload(pg.table);
+  F.lens = std::make_unique<DevMem>(pg.lens.size() * 4);
+  F.lens->upload(pg.lens);
+  return F;
+}
+
+// float64 attention of one query row over positions [0, len) of sequence b, kv head h.
+std::vector<double> reference(const Filled& F, const DecodeCase& c, const float* q, int b, int h, int len,
+                              double scale) {
+  std::vector<double> s(static_cast<size_t>(len)), o(static_cast<size_t>(c.d), 0.0);
+  double mx = -INFINITY;
+  for (int t = 0; t < len; ++t) {
+    const float* kr = &F.k[((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * c.d];
+    double acc = 0;
+    for (int j = 0; j < c.d; ++j) acc += double(q[j]) * kr[j];
+    s[size_t(t)] = acc * scale;
+    mx = std::max(mx, s[size_t(t)]);
+  }
+  double z = 0;
+  for (int t = 0; t < len; ++t) {
+    const double p = std::exp(s[size_t(t)] - mx);
+    z += p;
+    const float* vr = &F.v[((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * c.d];
+    for (int j = 0; j < c.d; ++j) o[size_t(j)] += p * vr[j];
+  }
+  for (auto& x : o) x /= z;
+  return o;
+}
+
+struct DecodeRun {
+  tq::cuda::DecodeParams p;
+  tq::cuda::DecodePlan plan;
+  std::unique_ptr<DevMem> q, out, ws;
+  std::vector<float> qf;
+};
+
+DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
+  DecodeRun R;
+  const auto qh = random_rows(rng, size_t(F.pg.batch) * c.hq, c.d, 0.0, c.q_sigma);
+  R.qf = halves_to_floats(qh);
+  R.q = std::make_unique<DevMem>(qh.size() * 2);
+  R.q->upload(qh);
+  R.out = std::make_unique<DevMem>(qh.size() * 2);
+  R.p.query = R.q->as();
+  R.p.q_stride_batch = int64_t(c.hq) * c.d;
+  R.p.q_stride_head = c.d;
+  R.p.out = R.out->as();
+  R.p.o_stride_batch = int64_t(c.hq) * c.d;
+  R.p.o_stride_head = c.d;
+  R.p.n_q_heads = c.hq;
+  R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
+  R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
+  R.p.num_splits = c.splits;
+  R.p.max_seq_len = F.pg.max_len;
+  if (c.fmt == "f16") {
+    const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
+    R.plan = tq::cuda::plan_decode_f16(kc, R.p);
+  } else {
+    const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+    R.plan = tq::cuda::plan_decode(kf, pc, R.p);
+  }
+  R.ws = std::make_unique<DevMem>(R.plan.workspace_bytes);
+  return R;
+}
+
+void launch(const DecodeCase& c, Filled& F, DecodeRun& R, cudaStream_t stream = nullptr) {
+  if (c.fmt == "f16") {
+    const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
+    tq::cuda::paged_decode_f16(kc, R.p, R.plan, R.ws->as(), stream);
+  } else {
+    const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+    tq::cuda::paged_decode(kf, pc, R.p, R.plan, R.ws->as(), stream);
+  }
+}
+
+// Compares every output row with the float64 reference for the given lengths.
+double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, const std::vector<int>& lens) {
+  const auto out = R.out->download<uint16_t>(size_t(F.pg.batch) * c.hq * c.d);
+  const int g = c.hq / c.hkv;
+  double worst = 0;
+  for (int b = 0; b < F.pg.batch; ++b)
+    for (int qh = 0; qh < c.hq; ++qh) {
+      const auto ref = reference(F, c, &R.qf[(size_t(b) * c.hq + qh) * c.d], b, qh / g, lens[size_t(b)],
+                                 double(R.p.attn_scale));
+      double e = 0, n = 0;
+      bool finite = true;
+      for (int j = 0; j < c.d; ++j) {
+        const double o = tq::half_to_float(out[(size_t(b) * c.hq + qh) * c.d + j]);
+        finite = finite && std::isfinite(o);
+        e += (o - ref[size_t(j)]) * (o - ref[size_t(j)]);
+        n += ref[size_t(j)] * ref[size_t(j)];
+      }
+      INFO(c.fmt << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " splits="
+                 << R.plan.num_splits << " parts=" << R.plan.parts << " sequence " << b << " (len "
+                 << lens[size_t(b)] << ") q head " << qh);
+      REQUIRE(finite);
+      const double rel = std::sqrt(e / n);
+      REQUIRE(rel <= kTol);
+      worst = std::max(worst, rel);
+    }
+  return worst;
+}
+
+double run_decode(const DecodeCase& c) {
+  tq::Rng rng(c.seed);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  R.out->fill(0xff);
+  R.ws->fill(0xff);
+  launch(c, F, R);
+  device_sync();
+  return check_output(c, F, R, F.pg.lens);
+}
+
+const std::vector<std::string> kDecodeFormats = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                                                 "turboquant_k8v4", "f16"};
+const std::vector<int> kRagged = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4097};
+
+}  // namespace
+
+TEST_CASE("decode: ragged batch, every format, fixed and auto splits", "[decode]") {
+  for (const auto& fmt : kDecodeFormats)
+    for (int splits : {0, 1, 3}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.lens = kRagged;
+      c.splits = splits;
+      c.seed = 11 + splits;
+      const double e = run_decode(c);
+      WARN(fmt << " ragged, splits " << splits << ": max rel error " << e);
+    }
+}
+
+TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
+  for (const auto& fmt : kDecodeFormats)
+    for (int d : {64, 256})
+      for (int bs : {32, 64, 128}) {
+        DecodeCase c;
+        c.fmt = fmt;
+        c.d = d;
+        c.bs = bs;
+        c.hq = 16;
+        c.hkv = 4;
+        c.lens = {1, 17, bs - 1, bs, bs + 1, 700};
+        c.splits = bs == 64 ? 2 : 0;
+        c.seed = uint64_t(d * 1000 + bs);
+        run_decode(c);
+      }
+}
+
+TEST_CASE("decode: GQA group sizes 1, 4, 8 and head layouts", "[decode]") {
+  struct H {
+    int hq, hkv;
+  };
+  // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
+  // (16,16) two head groups (segmented copies); (64,8) G=8.
+  for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("f16")})
+    for (const H h : {H{8, 8}, H{32, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.lens = {5, 16, 300, 2049};
+      c.seed = uint64_t(h.hq * 100 + h.hkv);
+      run_decode(c);
+    }
+}
+
+TEST_CASE("decode: long contexts up to 32K and batch 64", "[decode]") {
+  for (const auto& fmt : kDecodeFormats) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.lens = {32768, 20001};
+    c.seed = 5;
+    const double e = run_decode(c);
+    WARN(fmt << " 32K: max rel error " << e);
+  }
+  tq::Rng rng(9);
+  DecodeCase c;
+  c.fmt = "turboquant_4bit_nc";
+  for (int i = 0; i < 64; ++i) c.lens.push_back(1 + int(rng.below(1500)));
+  for (int splits : {0, 2}) {
+    c.splits = splits;
+    run_decode(c);
+  }
+}
+
+TEST_CASE("decode: large logits (peaked softmax)", "[decode]") {
+  for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"), std::string("f16")}) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.lens = {100, 3000};
+    c.q_sigma = 8.0;
+    c.seed = 21;
+    run_decode(c);
+  }
+}
+
+TEST_CASE("decode: quick subset", "[decode][quick]") {
+  for (const auto& fmt : kDecodeFormats) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.hq = 8;
+    c.hkv = 2;
+    c.lens = {1, 17, 40};
+    c.splits = 2;
+    run_decode(c);
+    c.lens = {33};
+    c.splits = 1;
+    c.hkv = 1;
+    run_decode(c);
+  }
+}
+
+TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[decode][graph]") {
+  DecodeCase c;
+  c.fmt = "turboquant_4bit_nc";
+  c.lens = {700, 3000, 64};
+  c.splits = 4;
+  tq::Rng rng(31);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  cudaStream_t s;
+  TQ_CUDA_CHECK(cudaStreamCreate(&s));
+  cudaGraph_t graph;
+  TQ_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch(c, F, R, s);
+  TQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  TQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  R.out->fill(0xff);
+  TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  TQ_CUDA_CHECK(cudaStreamSynchronize(s));
+  check_output(c, F, R, F.pg.lens);
+  const std::vector<int> shorter = {1, 2999, 17};  // same pages, new lengths, same graph
+  F.lens->upload(shorter);
+  R.out->fill(0xff);
+  TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  TQ_CUDA_CHECK(cudaStreamSynchronize(s));
+  check_output(c, F, R, shorter);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("dequant: fp16 K and V equal the CPU decoder bit for bit", "[dequant]") {
+  uint64_t seed = 40;
+  for (const std::string fmt :
+       {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4", "turbo3", "turbo4"})
+    for (int d : {64, 128, 256}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.d = d;
+      c.hkv = 2;
+      c.bs = d == 64 ? 32 : 16;
+      c.lens = {1, 16, 17, 250};
+      tq::Rng rng(seed++);
+      Filled F = fill_cache(c, rng);
+      const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
+      // output rows: sequence b starts at first[b] + 3b, leaving 3 poisoned rows between sequences
+      std::vector<int32_t> offs(size_t(F.pg.batch));
+      for (int b = 0; b < F.pg.batch; ++b) offs[size_t(b)] = int32_t(F.first[size_t(b)] + 3 * b);
+      const size_t rows = size_t(F.pg.total_tokens + 3 * F.pg.batch);
+      DevMem doffs(offs.size() * 4), ko(rows * c.hkv * d * 2), vo(rows * c.hkv * d * 2);
+      doffs.upload(offs);
+      ko.fill(0xff);
+      vo.fill(0xff);
+      tq::cuda::DequantParams p;
+      p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+      p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
+      p.out_offsets = doffs.as<int32_t>();
+      p.k_out = ko.as();
+      p.v_out = vo.as();
+      p.max_seq_len = F.pg.max_len;
+      tq::cuda::dequant_paged(kf, p);
+      device_sync();
+      const auto kg = ko.download<uint16_t>(rows * c.hkv * d), vg = vo.download<uint16_t>(rows * c.hkv * d);
+      std::vector<uint8_t> written(rows, 0);
+      for (int b = 0; b < F.pg.batch; ++b)
+        for (int t = 0; t < F.pg.lens[size_t(b)]; ++t) {
+          written[size_t(offs[size_t(b)] + t)] = 1;
+          for (int h = 0; h < c.hkv; ++h)
+            for (int j = 0; j < d; ++j) {
+              const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
+              const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
+              INFO(fmt << " d=" << d << " sequence " << b << " position " << t << " head " << h << " dim " << j);
+              REQUIRE(kg[dst] == tq::float_to_half(F.k[src]));
+              REQUIRE(vg[dst] == tq::float_to_half(F.v[src]));
+            }
+        }
+      for (size_t r = 0; r < rows; ++r)
+        if (!written[r])
+          for (size_t i = 0; i < size_t(c.hkv) * d; ++i) REQUIRE(kg[r * c.hkv * d + i] == 0xffff);
+    }
+}
+
+TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[api][quick]") {
+  using Catch::Matchers::Contains;
+  REQUIRE_THROWS_WITH(tq::cuda::kernel_format(tq::make_format("k=mse4+nc,v=u4,rot=haar:1", 128)),
+                      Contains("rotation 'haar:1'"));
+  REQUIRE_THROWS_WITH(tq::cuda::kernel_format(tq::make_format("q8_0", 128)), Contains("not supported"));
+  const auto kf = tq::cuda::kernel_format(tq::make_format("turboquant_4bit_nc", 128));
+  DevMem cache(1 << 20), tab(64), lens(64), q(4096), out(4096);
+  tq::cuda::PagedCache pc{cache.as<uint8_t>(), 4, 16, 2, kf.slot_bytes};
+  tq::cuda::DecodeParams p;
+  p.query = q.as();
+  p.out = out.as();
+  p.q_stride_batch = p.o_stride_batch = 4 * 128;
+  p.q_stride_head = p.o_stride_head = 128;
+  p.n_q_heads = 4;
+  p.attn_scale = 0.1f;
+  p.blocks = {tab.as<int32_t>(), 4, lens.as<int32_t>(), 1};
+  REQUIRE(tq::cuda::decode_can_implement(kf, pc, p).empty());
+  auto bad = pc;
+  bad.slot_bytes = 132;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, bad, p), Contains("slot_bytes 132"));
+  bad = pc;
+  bad.block_size = 8;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, bad, p), Contains("block_size 8"));
+  auto pg = p;
+  pg.n_q_heads = 40;  // 20 per kv head
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("20 query heads per kv head"));
+  pg = p;
+  pg.n_q_heads = 3;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("multiple of n_kv_heads"));
+  const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 128));
+  tq::cuda::PagedCache pt{cache.as<uint8_t>(), 4, 16, 2, t3.slot_bytes};
+  REQUIRE_THROWS_AS(tq::cuda::plan_decode(t3, pt, p), tq::Error);
+  tq::cuda::StoreParams sp;
+  sp.num_tokens = 5;
+  sp.cache = pc;
+  REQUIRE_THROWS_WITH(tq::cuda::store_kv(kf, sp), Contains("null"));
+}
