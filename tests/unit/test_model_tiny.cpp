@@ -381,5 +381,13 @@ TEST_CASE("tiny models: captures, stores and bad input", "[model_tiny]") {
   bad.write(bp.p);
   CHECK_THROWS_WITH(Model::load(bp.p, false), Catch::Contains("architecture 'bert' is not supported"));
   CHECK(make_kv_store("f16") != nullptr);
-  CHECK_THROWS_WITH(make_kv_store("q9"), Catch::Contains("unknown KV format 'q9'"));
+  CHECK_THROWS_WITH(make_kv_store("q9"), Catch::Contains("unknown format 'q9'"));
+  KvStoreOptions so;
+  so.n_layers = 4;
+  so.head_dim = 64;
+  so.skip_layers = "first1";
+  CHECK(make_kv_store("turboquant_4bit_nc", so) != nullptr);
+  CHECK_THROWS_WITH(make_kv_store("turboquant_4bit_nc", KvStoreOptions{}), Catch::Contains("head_dim"));
+  so.head_dim = 96;
+  CHECK_THROWS_WITH(make_kv_store("turboquant_4bit_nc", so), Catch::Contains("power of two"));
 }

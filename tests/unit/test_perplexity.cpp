@@ -151,7 +151,10 @@ TEST_CASE("perplexity: statistics match a naive float64 computation", "[perplexi
   const Json j = rt.to_json();
   CHECK(j["format"].str() == "test");
   CHECK(j["kld"]["99%"].number() == rt.kld.p99);
-  CHECK_FALSE(rb.to_json().contains("kld_mean"));
+  // The reference compared with itself: exact zero divergence, same top token always.
+  CHECK(rb.to_json()["kld_mean"].number() == 0.0);
+  CHECK(rb.to_json()["same_top"].number() == 1.0);
+  CHECK(rb.to_json()["dp_rms"].number() == 0.0);
   CHECK_THAT(perplexity_report({rb, rt}), Catch::Contains("test") && Catch::Contains("(reference)"));
 }
 
