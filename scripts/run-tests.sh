@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds (normal and ASan+UBSan), runs every test.
-# The sanitizer pass runs the unit tests; the normal pass runs everything and
-# its ctest summary closes the output.
-set -euo pipefail
+# The sanitizer pass runs the unit tests; the normal pass runs everything
+# (unit, model, cli, fuzz, bench smoke runs; gpu tests report as skipped without
+# a GPU) and its ctest summary closes the output.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --asan
+scripts/setup.sh --asan || exit 1
+JOBS=${JOBS:-$(nproc)}
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer =="
+asan_rc=0
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -L unit -j "$(nproc)" --output-on-failure --timeout 900 | tail -n 4
+  ctest --test-dir build-asan -L unit -j "$JOBS" --output-on-failure --timeout 900 >build-asan/ctest.log 2>&1 || asan_rc=$?
+if [ "$asan_rc" -ne 0 ]; then
+  grep -v "Passed" build-asan/ctest.log | tail -n 200
+else
+  grep -E "tests passed|Total Test time" build-asan/ctest.log
+fi
 echo "== all tests (normal build) =="
-ctest --test-dir build -j "$(nproc)" --output-on-failure --timeout 1800
+ctest --test-dir build -j "$JOBS" --output-on-failure --timeout 1800
+rc=$?
+[ "$asan_rc" -ne 0 ] && { echo "ASan/UBSan unit tests FAILED (see above, build-asan/ctest.log)"; exit 1; }
+exit "$rc"

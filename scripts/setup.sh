@@ -51,15 +51,21 @@ if [ ! -f build/CMakeCache.txt ]; then
   log "configuring build/"
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 fi
-log "building build/"
-cmake --build build -j "$JOBS" 2>&1 | grep -E "error|warning:|Error" >&2 || true
-cmake --build build -j "$JOBS" >/dev/null   # fails loudly if the build is broken
+build() {  # quiet on success; the build log's tail on failure
+  local dir=$1; shift
+  log "building $dir/"
+  if ! cmake --build "$dir" -j "$JOBS" "$@" >"$dir/build.log" 2>&1; then
+    tail -n 60 "$dir/build.log" >&2
+    echo "[setup] build of $dir failed (full log: $dir/build.log)" >&2
+    exit 1
+  fi
+}
+build build
 
 if [ "$WANT_ASAN" -eq 1 ]; then
   if [ ! -f build-asan/CMakeCache.txt ]; then
     log "configuring build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer, unit tests)"
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_SANITIZE=ON -DTQ_CUDA=OFF -DTQ_BENCHMARKS=OFF >/dev/null
   fi
-  log "building build-asan/"
-  cmake --build build-asan -j "$JOBS" --target tq_unit_tests >/dev/null
+  build build-asan --target tq_unit_tests
 fi
