@@ -46,18 +46,34 @@ __device__ __forceinline__ void cp_async_wait_dyn(int pending) {
 // D(16x8, f32) += A(16x16, f16, row) · B(16x8, f16, col). Fragments (lane l,
 // r = l/4, p = l%4): a = {(r, 2p..2p+1), (r+8, 2p..), (r, 2p+8..), (r+8, 2p+8..)};
 // b = {(k 2p..2p+1, n r), (k 2p+8.., n r)}; c = {(r, 2p), (r, 2p+1), (r+8, 2p), (r+8, 2p+1)}.
+// Not volatile: a pure register operation, so the compiler may schedule independent
+// MMAs (and their operand preparation) freely.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// m16n8k8: A = {rows r, r+8} × k 2p..2p+1, B = k 2p..2p+1 × n r.
+__device__ __forceinline__ void mma_1688(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// One 32-bit shared-memory load at a shared-window address (no generic → shared conversion).
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
 // Transposes an 8x8 b16 matrix held as one register per lane (row l/4, cols 2(l%4)..+1).
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
 }
 

@@ -10,29 +10,37 @@
 // Per warp and 16-token sub-tile (d = 128, 4-bit keys, G = 4):
 //   keys   : per pair of k-steps a lane loads the 4 index bytes it needs (two
 //            2-byte loads: slots are only 2-byte aligned) and maps each byte —
-//            two 4-bit indices — through a 256-entry LUT to {half2(α·c[lo],
-//            α·c[hi]), float (α·c[lo])² + (α·c[hi])²}: one 8-byte load from 16
-//            copies ((e·16 + lane%16)·8: each half-warp phase conflict-free;
-//            unreplicated, a 4-byte LUT cost 3.3 wavefronts per lookup in a
-//            simulation of Gaussian indices). α (KernelFormat::lut_scale) makes
-//            α·c nearly exact in fp16 (7.4e-5 instead of 4e-4 relative); Σc²
-//            is exact fp32, so the norm correction 1/sqrt(Σ(αc)²) also divides
-//            α out. Measured/simulated on the test distribution: fp16 centroids
-//            with the nc sum taken from them gave 1.1–1.8e-3 relative output
-//            error (device run 2); this scheme simulates to ≤ 6e-4.
+//            two 4-bit indices — through a 256-entry LUT of half2(α·c[lo],
+//            α·c[hi]): one PRMT (byte → zero-extended), one LEA and one 4-byte
+//            load from 32 copies (one per lane: conflict-free) straight into the
+//            MMA operand register. α (KernelFormat::lut_scale) makes α·c nearly
+//            exact in fp16 (7.4e-5 instead of 4e-4 relative). The nc norm
+//            Σ(α·c)² of each token comes from the tensor cores (4 m16n8k8 MMAs
+//            per k-step whose B operand is the tile's own key registers; the
+//            diagonal is the sum of squares of the same fp16 centroids the scores
+//            use), so the correction 1/sqrt(Σ(αc)²) also divides α out.
+//            (Run 6 and before: 8-byte {half2, fp32 Σc²} entries, 16 copies;
+//            each lookup cost SHF + LOP3 + IADD + LDS.64 + a MOV + an FADD.)
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (2 MMAs;
 //            fp16 q' alone simulates to 1.5e-3). The head-dim order inside a
 //            k-step is permuted so each lane's index bytes are contiguous; Q' is
 //            built with the same permutation once in the prologue.
-//   values : O^T += V^T · P'^T, A = 1 + code/16 (exact fp16 made with one shift
-//            and one LOP3: 0x3C00 | code << 6), B = P' = p·scale (movmatrix-
-//            transposed), hi + lo: codes are all ≥ 0 with the zero point added
-//            outside, so fp16 rounding of p·scale alone would cost ~8e-4
-//            relative RMS on N(0,1) values. Σ code·P' = 16·(acc − Σ P'); the
-//            cancellation costs a factor ~3 of fp32 accumulation error only.
-//            Σ p·zero and Σ P' run on CUDA cores.
-//   softmax: online, exp2 domain; each value tile is computed from zero and
-//            folded into the accumulators with one FFMA (see fold_tile).
+//   values : O^T += V^T · P'^T. 4-bit codes: A is the code nibble masked in
+//            place (one LOP3 per register), i.e. the fp16 subnormal c·2^-24
+//            (low nibble, output rows r) or c·2^-20 (high nibble, rows r+8):
+//            exact and unbiased; the exact 2^24 / 2^20 scalings are applied at
+//            the write-out. (Run 6 and before: A = 1 + c/16 = 0x3C00 | c << 6,
+//            three instructions per register and a Σ P' correction.)
+//            3-bit codes keep A = 1 + c/16 (Σ code·P' = 16·(acc − Σ P')).
+//            B = P' = p·scale (movmatrix-transposed), hi + lo: codes are all
+//            ≥ 0 with the zero point added outside, so fp16 rounding of
+//            p·scale alone would cost ~8e-4 relative RMS on N(0,1) values.
+//            Σ p·zero (and Σ P' for 3-bit) run on CUDA cores.
+//   softmax: online, exp2 domain (ex2.approx.ftz; rsqrt.approx.ftz for the
+//            norm); each value tile is computed from zero and folded into the
+//            accumulators with one FFMA (see fold_tile).
+// __launch_bounds__(256, 2) for d ≤ 128 (128 registers; without the min-blocks
+// hint the run-7 code took 186 and 1 CTA per SM); d = 256 keeps 1 CTA/SM.
 #include <algorithm>
 #include <cmath>
 
@@ -64,7 +72,8 @@ struct QCfg {
   static constexpr int kPairSteps = D / 32;
   static constexpr bool kMse = C::kKey == KeyKind::mse;
   static constexpr int kLutEntries = kMse ? 1 << (2 * C::kKeyBits) : 0;
-  static constexpr int kLutBytes = kLutEntries * 16 * 8;  // {half2 pair, float Σ squares} × 16 copies (static smem)
+  static constexpr int kLutCopies = 32;                       // one per lane: conflict-free
+  static constexpr int kLutBytes = kLutEntries * kLutCopies * 4;  // half2 pair × 32 copies (static smem)
   static constexpr int kChunksPerThread = (kSlot + 31) / 32;
   static constexpr int kVChunk = D * C::kValueBits / 64;  // value-code bytes of D/8 dims (one lane row)
 };
@@ -75,7 +84,8 @@ __device__ __forceinline__ float ld_f16(const uint8_t* p) {
 }
 
 // The 8 key codes of pair-step ps for quad lane p (dims 32ps + 8p … +7) as one word:
-// 4-bit: 4 bytes; 3-bit: 24 bits; fp8: two words (w[0], w[1]).
+// 4-bit: two 16-bit words (w[0]: codes 0, 1; w[1]: codes 2, 3); 3-bit: 24 bits in w[0];
+// fp8: two words (w[0], w[1]).
 template <class C>
 __device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, uint32_t (&w)[2]) {
   if constexpr (C::kKey == KeyKind::fp8) {
@@ -84,7 +94,8 @@ __device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, ui
     w[1] = *reinterpret_cast<const uint32_t*>(q + 4);
   } else if constexpr (C::kKeyBits == 4) {
     const uint8_t* q = slot + 16 * ps + 4 * p;
-    w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410);
+    w[0] = ld_u16(q);
+    w[1] = ld_u16(q + 2);
   } else {
     const int odd = p & 1;
     const uint8_t* q = slot + 12 * ps + 3 * p - odd;
@@ -93,30 +104,29 @@ __device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, ui
 }
 
 // A fragment registers of k-step (2ps + h2) for one token: slots {2p, 2p+1} (lo)
-// and {2p+8, 2p+9} (hi); sq += Σ (α·c)² of those four coordinates (mse).
-// The LUT is static shared memory, so an entry address is one shift and one
-// LOP3 ((code << 7) | (lane%16) << 3) plus the load's immediate base.
+// and {2p+8, 2p+9} (hi). mse: one 4-byte LUT load per pair code (32 copies, one per
+// lane: conflict-free), straight into the MMA operand register (the earlier 8-byte
+// {half2, Σc²} entries cost a MOV and an FADD per lookup; Σc² now comes from the
+// tensor cores, see the main loop). 4-bit: the pair code is byte f of the word, so
+// an entry address is one PRMT (byte → zero-extended) and one LEA.
 template <class C>
-__device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, const uint2* lut, uint32_t lane_off,
-                                         uint32_t& lo, uint32_t& hi, float& sq) {
+__device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_t lut_lane,
+                                         uint32_t& lo, uint32_t& hi) {
   if constexpr (C::kKey == KeyKind::fp8) {
     const uint32_t word = w[h2];
     const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word & 0xffffu), __NV_E4M3);
     const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word >> 16), __NV_E4M3);
     lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
+  } else if constexpr (C::kKeyBits == 4) {
+    // entry address = lut_lane + code·128 (PRMT + LEA)
+    lo = dev::lds_u32(lut_lane + (__byte_perm(w[h2], 0u, 0x4440u) << 7));
+    hi = dev::lds_u32(lut_lane + (__byte_perm(w[h2], 0u, 0x4441u) << 7));
   } else {
     constexpr int PB = 2 * C::kKeyBits;  // bits of a pair code
-    constexpr uint32_t M = ((1u << PB) - 1u) << 7;
-    auto entry = [&](int f) {  // byte offset of pair code f of w in the LUT, lane copy included
-      const int sh = PB * f - 7;
-      const uint32_t x = sh >= 0 ? (w[0] >> (sh >= 0 ? sh : 0)) : (w[0] << (sh < 0 ? -sh : 0));
-      return *reinterpret_cast<const uint2*>(reinterpret_cast<const char*>(lut) + ((x & M) | lane_off));
-    };
-    const uint2 l0 = entry(2 * h2), l1 = entry(2 * h2 + 1);
-    lo = l0.x;
-    hi = l1.x;
-    sq += __uint_as_float(l0.y) + __uint_as_float(l1.y);
+    constexpr uint32_t M = (1u << PB) - 1u;
+    lo = dev::lds_u32(lut_lane + (((w[0] >> (PB * 2 * h2)) & M) << 7));
+    hi = dev::lds_u32(lut_lane + (((w[0] >> (PB * (2 * h2 + 1))) & M) << 7));
   }
 }
 
@@ -141,7 +151,7 @@ __device__ __forceinline__ void fold_tile(float (&acc)[4], const uint32_t (&af)[
 __device__ __forceinline__ uint32_t biased_half2(uint32_t x) { return (x << 6) | 0x3c003c00u; }
 
 template <class C>
-__global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, DecodeTables t,
+__global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kernel(DecodeArgs a, DecodeTables t,
                                                              const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
   constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps, CPT = Q::kChunksPerThread;
@@ -157,7 +167,7 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
 
   uint8_t* ring = smem;
   float* qbuf = reinterpret_cast<float*>(smem + a.stages * a.stage_bytes) + warp * D;
-  __shared__ __align__(16) uint2 lut[Q::kMse ? Q::kLutEntries * 16 : 2];
+  __shared__ __align__(16) uint32_t lut[Q::kMse ? Q::kLutEntries * Q::kLutCopies : 2];
 
   // ---- producer: the warps of sub-tile ws copy sub-tile ws (hpc·SLOT chunks) ----
   const bool contig = hpc == a.n_kv_heads;
@@ -217,10 +227,9 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
     }
     __syncthreads();
     constexpr int KB = C::kKeyBits;
-    for (int i = tid; i < Q::kLutEntries * 16; i += nthreads) {
-      const int e = i >> 4;
-      const float c0 = s_cen[e & ((1 << KB) - 1)], c1 = s_cen[e >> KB];
-      lut[i] = make_uint2(dev::pack_half2(c0, c1), __float_as_uint(c0 * c0 + c1 * c1));
+    for (int i = tid; i < Q::kLutEntries * Q::kLutCopies; i += nthreads) {
+      const int e = i >> 5;
+      lut[i] = dev::pack_half2(s_cen[e & ((1 << KB) - 1)], s_cen[e >> KB]);
     }
   }
   uint32_t qh[KS][2], ql[KS][2];
@@ -260,13 +269,14 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
   }
   // score → log2-domain logit: · norm16 · (nc ? 1/sqrt(Σ(αc)²) : 1/α) · attn_scale · log2 e
   const float raw_scale = Q::kMse && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
-  const uint32_t lane_off = uint32_t(lane & 15) << 3;
+  const uint32_t lut_lane = dev::smem_u32(lut) + 4u * uint32_t(lane);
+  const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
 
   // ---- main loop ----
   float acc[D / 16][4];
 #pragma unroll
   for (int i = 0; i < D / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  dev::Softmax sm;
+  dev::SoftmaxT<true> sm;
   float zs[2] = {0.f, 0.f}, ps[2] = {0.f, 0.f};  // Σ p·zero, Σ p·scale (per-lane partials)
   int rd = 0;
   for (int it = 0; it < rg.tiles; ++it) {
@@ -283,7 +293,15 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
 
     const uint8_t* k0 = sub + (r * hpc + hl) * SLOT;
     const uint8_t* k1 = sub + ((r + 8) * hpc + hl) * SLOT;
-    float s[4] = {0.f, 0.f, 0.f, 0.f}, sq0 = 0.f, sq1 = 0.f;
+    // Σ(αc)² per token (nc) on the tensor cores: m16n8k8 with A = {af[0], af[1]}
+    // (tokens r, r+8 × the k-step's first 8 slots) and B = af[0] (tokens 0–7 as
+    // columns) or af[1] (tokens 8–15); likewise af[2], af[3] for the last 8 slots.
+    // The diagonal of A·B is each token's sum of squares of the fp16 centroids the
+    // scores use (products exact in fp32); no register moves are needed.
+    // Score accumulators: one chain (mse: the Σc² chains run beside it; two chains
+    // spill at 128 registers), two for fp8 keys (q' hi / lo).
+    constexpr int NCH = Q::kMse ? 1 : 2;
+    float sa[NCH][4] = {}, qa[4] = {}, qb[4] = {};
 #pragma unroll
     for (int pst = 0; pst < Q::kPairSteps; ++pst) {
       uint32_t w0[2], w1[2];
@@ -293,23 +311,30 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
       for (int h2 = 0; h2 < 2; ++h2) {
         const int ks = 2 * pst + h2;
         uint32_t af[4];
-        key_frag<C>(w0, h2, lut, lane_off, af[0], af[2], sq0);
-        key_frag<C>(w1, h2, lut, lane_off, af[1], af[3], sq1);
-        dev::mma_16816(s, af, qh[ks][0], qh[ks][1]);
-        dev::mma_16816(s, af, ql[ks][0], ql[ks][1]);
+        key_frag<C>(w0, h2, lut_lane, af[0], af[2]);
+        key_frag<C>(w1, h2, lut_lane, af[1], af[3]);
+        dev::mma_16816(sa[0], af, qh[ks][0], qh[ks][1]);
+        dev::mma_16816(sa[NCH - 1], af, ql[ks][0], ql[ks][1]);
+        if constexpr (Q::kMse) {
+          dev::mma_1688(qa, af[0], af[1], af[0]);
+          dev::mma_1688(qb, af[0], af[1], af[1]);
+          dev::mma_1688(qa, af[2], af[3], af[2]);
+          dev::mma_1688(qb, af[2], af[3], af[3]);
+        }
       }
     }
+    float s[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[i] = NCH == 1 ? sa[0][i] : sa[0][i] + sa[NCH - 1][i];
     float fr = raw_scale, fr8 = raw_scale;
     if constexpr (Q::kMse) {
       fr *= ld_f16(k0 + C::kIdxBytes);
       fr8 *= ld_f16(k1 + C::kIdxBytes);
-      if (t.nc) {  // the 4 lanes of a quad hold disjoint dims of the same two tokens
-        sq0 += __shfl_xor_sync(dev::kFull, sq0, 1);
-        sq1 += __shfl_xor_sync(dev::kFull, sq1, 1);
-        sq0 += __shfl_xor_sync(dev::kFull, sq0, 2);
-        sq1 += __shfl_xor_sync(dev::kFull, sq1, 2);
-        fr *= rsqrtf(sq0 + 1e-16f * t.lut_scale * t.lut_scale);
-        fr8 *= rsqrtf(sq1 + 1e-16f * t.lut_scale * t.lut_scale);
+      if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+        const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[1] : qa[0], diag_src);
+        const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[3] : qb[2], diag_src);
+        fr *= dev::rsqrt_fast(sq0 + 1e-16f * t.lut_scale * t.lut_scale);
+        fr8 *= dev::rsqrt_fast(sq1 + 1e-16f * t.lut_scale * t.lut_scale);
       }
     }
     float x[4] = {s[0] * fr, s[1] * fr, s[2] * fr8, s[3] * fr8};
@@ -325,7 +350,7 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       zs[c] = zs[c] * alpha[c] + x[c] * z0 + x[c + 2] * z1;
-      ps[c] = ps[c] * alpha[c] + pv[c] + pv[c + 2];
+      if constexpr (C::kValueBits != 4) ps[c] = ps[c] * alpha[c] + pv[c] + pv[c + 2];
     }
     const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
     const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
@@ -346,12 +371,11 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
         const uint32_t wcd = __byte_perm(ld_u16(vc + 2 * w), ld_u16(vd + 2 * w), 0x5410);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          // nibble n = 2m (row r) and 2m+1 (row r+8) of both tokens → (0x3C00 | c << 6) halves
-          const uint32_t af[4] = {
-              (((wab >> (8 * m)) << 6) & 0x03c003c0u) | 0x3c003c00u,
-              (((wab >> (8 * m + 4)) << 6) & 0x03c003c0u) | 0x3c003c00u,
-              (((wcd >> (8 * m)) << 6) & 0x03c003c0u) | 0x3c003c00u,
-              (((wcd >> (8 * m + 4)) << 6) & 0x03c003c0u) | 0x3c003c00u};
+          // nibble n = 2m (row r) and 2m+1 (row r+8) of both tokens, masked in place:
+          // fp16 subnormals c·2^-24 (row r) and c·2^-20 (row r+8), exact and
+          // unbiased, one LOP3 each (the biased 1 + c/16 form took three).
+          const uint32_t xab = m ? wab >> 8 : wab, xcd = m ? wcd >> 8 : wcd;
+          const uint32_t af[4] = {xab & 0x000f000fu, xab & 0x00f000f0u, xcd & 0x000f000fu, xcd & 0x00f000f0u};
           fold_tile(acc[2 * w + m], af, bh0, bh1, bl0, bl1, alpha);
         }
       }
@@ -389,23 +413,28 @@ __global__ void __launch_bounds__(kMaxThreads) decode_kernel(DecodeArgs a, Decod
   for (int c = 0; c < 2; ++c) {
     const float l = dev::sum_over_token_lanes(sm.l[c]);
     const float z = dev::sum_over_token_lanes(zs[c]);
-    const float pp = dev::sum_over_token_lanes(ps[c]);
+    const float pp = C::kValueBits == 4 ? 0.f : dev::sum_over_token_lanes(ps[c]);
     const int g = 2 * p + c;
     if (g >= a.group) continue;
     const int qh_idx = kvh * a.group + g;
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    auto val = [&](float v) { return (16.f * (v - pp) + z) * inv; };
+    // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
+    // 3-bit values: Σ (1 + c/16)·P'.
+    auto val = [&](float v, bool row8) {
+      if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
+      return (16.f * (v - pp) + z) * inv;
+    };
     if (a.parts == 1) {
       __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh + r * (D / 8);
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<__half2*>(o + 2 * i) = __floats2half2_rn(val(acc[i][c]), val(acc[i][c + 2]));
+        *reinterpret_cast<__half2*>(o + 2 * i) = __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
     } else {
       const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
       float* o = a.o_part + row * D + r * (D / 8);
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<float2*>(o + 2 * i) = make_float2(val(acc[i][c]), val(acc[i][c + 2]));
+        *reinterpret_cast<float2*>(o + 2 * i) = make_float2(val(acc[i][c], false), val(acc[i][c + 2], true));
       if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
     }
   }

@@ -58,9 +58,25 @@ __device__ __forceinline__ Range split_range(int len, int split, int num_splits,
 // Online softmax over one 16-token sub-tile for the lane's two query columns.
 // x[0..1]: token r, x[2..3]: token r+8 (log2-domain logits, −inf = masked).
 // Returns α (rescale of the old state) per column and overwrites x with p.
-struct Softmax {
+// 2^x with one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, −inf → 0, results below 2^-126 → 0);
+// exp2f adds a range check and two multiplies around it.
+__device__ __forceinline__ float ex2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rsqrt_fast(float x) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// kFast (quantized decode): ex2_fast instead of exp2f.
+template <bool kFast = false>
+struct SoftmaxT {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
+  __device__ __forceinline__ static float e2(float v) { return kFast ? ex2_fast(v) : exp2f(v); }
   __device__ __forceinline__ void update(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -69,14 +85,16 @@ struct Softmax {
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 16));
       const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token
-      alpha[c] = exp2f(m[c] - mn);       // m = −inf → 0
+      alpha[c] = e2(m[c] - mn);          // m = −inf → 0
       m[c] = mn;
-      x[c] = exp2f(x[c] - mn);
-      x[c + 2] = exp2f(x[c + 2] - mn);
+      x[c] = e2(x[c] - mn);
+      x[c + 2] = e2(x[c + 2] - mn);
       l[c] = l[c] * alpha[c] + x[c] + x[c + 2];
     }
   }
 };
+
+using Softmax = SoftmaxT<false>;
 
 __device__ __forceinline__ float sum_over_token_lanes(float v) {
   v += __shfl_xor_sync(kFull, v, 4);
