@@ -32,6 +32,7 @@ struct Args {
   int64_t store_tokens = 0;
   double copy_gb = 2.0;
   std::string pages = "shuffled";
+  std::string layout = "vllm";  // vllm, planes or both (quantized cache layout)
   bool json = false, cpu = false, list = false;
 };
 
@@ -131,12 +132,25 @@ int run_gpu(const Args& a) {
     j.set("reps", t.reps);
     return j;
   };
-  for (const auto& name : names) {
+  TQ_CHECK(a.layout == "vllm" || a.layout == "planes" || a.layout == "both",
+           "--layout '{}' must be vllm, planes or both", a.layout);
+  std::vector<bool> layouts;
+  if (a.layout != "planes") layouts.push_back(false);
+  if (a.layout != "vllm") layouts.push_back(true);
+  for (const auto& name : names)
+  for (const bool planes : layouts) {
     if (name == "f16") continue;  // the baseline row
     const tq::KvFormat f = tq::make_format(name, a.head_dim);
     const auto kf = tq::cuda::kernel_format(f);  // throws a clear error for formats without kernels
+    if (planes && !tq::cuda::planes_support(kf).empty()) {
+      if (a.layout == "planes") throw tq::Error(tq::cuda::planes_support(kf));
+      continue;  // --layout both: the vLLM row only
+    }
+    tq::cuda::BenchShape sl = s;
+    sl.planes = planes;
     tq::Json j = tq::Json::object();
     j.set("format", name);
+    j.set("layout", planes ? "planes" : "vllm");
     j.set("mode", "gpu");
     j.set("device", dev.name);
     j.set("batch", a.batch);
@@ -149,9 +163,9 @@ int run_gpu(const Args& a) {
     j.set("slot_bytes", f.slot_bytes());
     j.set("copy_gbps", copy.gbps);
     j.set("copy_bytes", double(copy.bytes));
-    std::vector<std::string> row = {name, std::to_string(f.slot_bytes())};
+    std::vector<std::string> row = {planes ? name + " [planes]" : name, std::to_string(f.slot_bytes())};
     if (tq::cuda::decode_support(kf).empty()) {
-      const auto d = tq::cuda::bench_decode(f, s, o);
+      const auto d = tq::cuda::bench_decode(f, sl, o);
       tq::Json dj = timing_json(d.t);
       dj.set("kv_bytes", double(d.kv_bytes));
       dj.set("gbps", d.gbps);
@@ -173,7 +187,7 @@ int run_gpu(const Args& a) {
       j.set("decode", tq::cuda::decode_support(kf));
       row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
     }
-    const auto st = tq::cuda::bench_store(f, s, store_tokens, o);
+    const auto st = tq::cuda::bench_store(f, sl, store_tokens, o);
     tq::Json sj = timing_json(st.t);
     sj.set("tokens", double(st.tokens));
     sj.set("bytes", double(st.bytes));
@@ -219,6 +233,10 @@ int main(int argc, char** argv) {
   app.add_option("--store-tokens", a.store_tokens, "tokens per store launch (0: min(batch·ctx, 131072))");
   app.add_option("--copy-gb", a.copy_gb, "size of the device-copy bandwidth probe")->capture_default_str();
   app.add_option("--pages", a.pages, "block tables: shuffled (random physical blocks) or sequential")
+      ->capture_default_str();
+  app.add_option("--layout", a.layout,
+                 "quantized cache layout: vllm (slots), planes (key-index / value-code / metadata planes per page, "
+                 "16-byte aligned; mse keys + 4-bit values) or both (one row each)")
       ->capture_default_str();
   app.add_flag("--json", a.json, "JSON list, one object per format");
   app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");

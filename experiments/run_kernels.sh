@@ -4,7 +4,8 @@
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
 #        probe,build,test,sanitize,bench,sdpa,text,profile (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
-#        BENCH_FORMATS (tq-bench --format list)
+#        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
+#        or both (default): the plane-layout rows for the formats that have one)
 #
 # Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
 # report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
@@ -25,6 +26,7 @@ mkdir -p "$OUT"
 STEPS=${1:-probe,build,test,sanitize,bench,sdpa}
 BENCH_CTX=${BENCH_CTX:-4096 32768}
 BENCH_PAGES=${BENCH_PAGES:-shuffled}
+BENCH_LAYOUT=${BENCH_LAYOUT:-both}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 BUILD=$ROOT/build-kernels
 JOBS=$(nproc 2>/dev/null || echo 8)
@@ -93,7 +95,7 @@ fi
 if has bench; then
   for ctx in $BENCH_CTX; do
     for pages in $BENCH_PAGES; do
-      if timeout 120 "$BUILD/tq-bench" $FORMATS $SHAPE --ctx $ctx --pages $pages --json > "$OUT/bench.tmp" 2>> "$OUT/errors.log"; then
+      if timeout 120 "$BUILD/tq-bench" $FORMATS $SHAPE --ctx $ctx --pages $pages --layout $BENCH_LAYOUT --json > "$OUT/bench.tmp" 2>> "$OUT/errors.log"; then
         python3 -c "import json,sys; print(json.dumps({'ctx': $ctx, 'pages': '$pages', 'rows': json.load(open(sys.argv[1]))}))" \
           "$OUT/bench.tmp" >> "$OUT/bench.jsonl"
       else
@@ -108,7 +110,7 @@ if has text; then
   # The human-readable table, and the split-count sensitivity of the 4-bit decode.
   {
     timeout 120 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc --format turboquant_k8v4 \
-      $SHAPE --ctx 32768
+      $SHAPE --ctx 32768 --layout $BENCH_LAYOUT
     for ctx in 4096 32768; do
       for sp in 4 16; do
         timeout 60 "$BUILD/tq-bench" --format turboquant_4bit_nc $SHAPE --ctx $ctx --splits $sp --json |
@@ -158,14 +160,15 @@ if os.path.exists(f"{out}/bench.jsonl"):
             copy = j["copy_gbps"]
             d, s = j.get("decode"), j["store"]
             sd = sdpa.get(ctx)
+            fmtname = j["format"] + (" [planes]" if j.get("layout") == "planes" else "")
             if isinstance(d, dict):
-                rows.append((ctx, pages, j["format"], f"{d['median_ms']:.4f}", f"{d['gbps']:.0f}", f"{d['pct_copy']:.1f}",
+                rows.append((ctx, pages, fmtname, f"{d['median_ms']:.4f}", f"{d['gbps']:.0f}", f"{d['pct_copy']:.1f}",
                              f"{d['f16_median_ms']:.4f}", f"{d['speedup_vs_f16']:.2f}",
                              f"{sd['median_ms']:.4f}" if sd else "-",
                              f"{sd['median_ms'] / d['median_ms']:.2f}" if sd else "-", str(d["num_splits"]),
                              f"{s['pct_copy']:.1f}"))
             else:
-                rows.append((ctx, pages, j["format"], "-", "-", "-", "-", "-", "-", "-", "-", f"{s['pct_copy']:.1f}"))
+                rows.append((ctx, pages, fmtname, "-", "-", "-", "-", "-", "-", "-", "-", f"{s['pct_copy']:.1f}"))
 if rows:
     print(f"\nSUMMARY  B=32 Hq=32 Hkv=8 D=128 bs=16; device copy {copy:.0f} GB/s (read+write)")
     hdr = ("ctx", "pages", "format", "dec_ms", "GB/s", "%copy", "f16_ms", "x_f16", "sdpa_ms", "x_sdpa", "splits",

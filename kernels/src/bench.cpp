@@ -175,7 +175,7 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
     sp.key_stride_token = sp.value_stride_token = int64_t(s.n_kv_heads) * s.head_dim;
     sp.key_stride_head = sp.value_stride_head = s.head_dim;
     sp.slot_mapping = map.as<int64_t>();
-    sp.cache = {caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+    sp.cache = {caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
     for (int64_t t0 = 0; t0 < total; t0 += chunk) {
       const int64_t n = std::min(chunk, total - t0);
       for (int64_t i = 0; i < n; ++i) {
@@ -192,12 +192,12 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
       TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
     TQ_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  const PagedCache pc0{caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+  const PagedCache pc0{caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
   r.plan = plan_decode(kf, pc0, d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
   r.t = time_launches(o, [&](int i) {
     const PagedCache pc{caches[size_t(i % r.copies)]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads,
-                        kf.slot_bytes};
+                        kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
     paged_decode(kf, pc, d.p, r.plan, d.ws->p);
   });
   r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * kf.slot_bytes;
@@ -254,7 +254,7 @@ StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, c
   sp.key_stride_head = sp.value_stride_head = s.head_dim;
   sp.slot_mapping = map.as<int64_t>();
   sp.num_tokens = int(tokens);
-  sp.cache = {cache.as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+  sp.cache = {cache.as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
   StoreBench r;
   r.tokens = tokens;
   r.t = time_launches(o, [&](int) { store_kv(kf, sp); });

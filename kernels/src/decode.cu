@@ -86,9 +86,13 @@ __device__ __forceinline__ float ld_f16(const uint8_t* p) {
 // The 8 key codes of pair-step ps for quad lane p (dims 32ps + 8p … +7) as one word:
 // 4-bit: two 16-bit words (w[0]: codes 0, 1; w[1]: codes 2, 3); 3-bit: 24 bits in w[0];
 // fp8: two words (w[0], w[1]).
-template <class C>
-__device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, uint32_t (&w)[2]) {
-  if constexpr (C::kKey == KeyKind::fp8) {
+template <class C, bool P>
+__device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, uint32_t (&w)[2], int kx = 0) {
+  if constexpr (P && C::kKeyBits == 4) {
+    // plane layout: 16-byte aligned index rows, so the 4 bytes are one 4-byte load
+    // (kx: the lane's chunk swizzle, see PlaneSwz)
+    w[0] = w[1] = *reinterpret_cast<const uint32_t*>(slot + ((16 * ps) ^ kx) + 4 * p);
+  } else if constexpr (C::kKey == KeyKind::fp8) {
     const uint8_t* q = slot + 32 * ps + 8 * p;  // 4-byte aligned: fp8+u4 slots are 1.5·d + 4 bytes
     w[0] = *reinterpret_cast<const uint32_t*>(q);
     w[1] = *reinterpret_cast<const uint32_t*>(q + 4);
@@ -109,7 +113,7 @@ __device__ __forceinline__ void key_words(const uint8_t* slot, int ps, int p, ui
 // {half2, Σc²} entries cost a MOV and an FADD per lookup; Σc² now comes from the
 // tensor cores, see the main loop). 4-bit: the pair code is byte f of the word, so
 // an entry address is one PRMT (byte → zero-extended) and one LEA.
-template <class C>
+template <class C, bool P>
 __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_t lut_lane,
                                          uint32_t& lo, uint32_t& hi) {
   if constexpr (C::kKey == KeyKind::fp8) {
@@ -120,8 +124,10 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
   } else if constexpr (C::kKeyBits == 4) {
     // entry address = lut_lane + code·128 (PRMT + LEA)
-    lo = dev::lds_u32(lut_lane + (__byte_perm(w[h2], 0u, 0x4440u) << 7));
-    hi = dev::lds_u32(lut_lane + (__byte_perm(w[h2], 0u, 0x4441u) << 7));
+    // plane layout: one word holds both k-steps' bytes (bytes 2·h2, 2·h2 + 1)
+    const uint32_t sel = P ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;
+    lo = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel) << 7));
+    hi = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel + 1u) << 7));
   } else {
     constexpr int PB = 2 * C::kKeyBits;  // bits of a pair code
     constexpr uint32_t M = (1u << PB) - 1u;
@@ -150,10 +156,65 @@ __device__ __forceinline__ void fold_tile(float (&acc)[4], const uint32_t (&af)[
 // 0x3C00 | c << 6 is the half 1 + c/16 (c < 16): codes in bits [0,4) and [16,20) of x.
 __device__ __forceinline__ uint32_t biased_half2(uint32_t x) { return (x << 6) | 0x3c003c00u; }
 
+// Plane layout (P, tq/cuda/paged.h): a 16-token sub-tile is one contiguous
+// 16-token group [key: H][16][IB] | [codes: H][16][VB] | [meta: H][16][6] at the
+// same address as the vLLM layout's 16 slots; the stage holds this CTA's hpc heads
+// in the same order: [key: hpc][16][IB] | [codes: hpc][16][VB] | [meta: hpc][16][6]
+// (same bytes as the slot-major stage). Chunk ck of the sub-tile: goff = offset
+// from the group base (heads h0 … h0+hpc−1), rb = row bytes of its plane, hoff =
+// offset within its head's 16-row run (tail zero-fill: valid = nvalid·rb − hoff).
+// Optional shared-memory swizzle of the plane stage (d = 128): a 64-byte row
+// stride puts rows r, r+2, r+4, r+6 in the same banks, so the plane loads are
+// 4-way bank conflicted (run 8a: 0.5565 ms vs 0.5527 ms for the vLLM layout). Within each
+// 128-byte line L (8 chunks) of a head's plane the chunk column is XORed with
+// swz_k(L) = L (key indices: lane (r, p) reads chunk 4r + ps, word p) or with
+// swz_v(L) = 4·(L&1) + ((L>>1)&3) (value codes: lane (r, p) reads chunk
+// 4·tok + r/2, tok ∈ {2p, 2p+1, 2p+8, 2p+9}, word 2·(r&1) + w2).
+// Measured (run 8b): conflict-free keys / 2-way values, but +32 SASS instructions
+// per warp-tile for the lane-dependent addresses (XOR on the k-step offset, four
+// value bases), and the decode got slower (32K: 0.586 ms vs 0.557 ms unswizzled):
+// the loop is issue-bound, not shared-memory-bound. Off by default
+// (-DTQ_PLANES_SWIZZLE=1 turns it on; the tests pass either way).
+#ifndef TQ_PLANES_SWIZZLE
+#define TQ_PLANES_SWIZZLE 0
+#endif
 template <class C>
+struct PlaneSwz {
+  static constexpr bool kKey = TQ_PLANES_SWIZZLE && C::kKeyBits == 4 && C::kIdxBytes == 64;
+  static constexpr bool kVal = TQ_PLANES_SWIZZLE && C::kValueCodeBytes == 64;
+};
+__device__ __forceinline__ int swz_v(int L) { return ((L & 1) << 2) | ((L >> 1) & 3); }
+
+template <class C>
+struct PlaneChunk {
+  int goff, rb, hoff, sc;  // sc: chunk index in the stage (swizzled)
+};
+template <class C>
+__device__ __forceinline__ PlaneChunk<C> plane_chunk(int ck, int hpc, int h0, int nkv) {
+  constexpr int bs = 16;
+  constexpr int IB = C::kIdxBytes, VB = C::kValueCodeBytes;
+  if (ck < hpc * IB) {
+    const int h = ck / IB, j = ck - h * IB;
+    const int js = PlaneSwz<C>::kKey ? (j & ~7) | ((j & 7) ^ ((j >> 3) & 7)) : j;
+    return {(h0 + h) * bs * IB + 16 * j, IB, 16 * j, h * IB + js};
+  }
+  ck -= hpc * IB;
+  if (ck < hpc * VB) {
+    const int h = ck / VB, j = ck - h * VB;
+    const int js = PlaneSwz<C>::kVal ? (j & ~7) | ((j & 7) ^ swz_v(j >> 3)) : j;
+    return {bs * nkv * IB + (h0 + h) * bs * VB + 16 * j, VB, 16 * j, hpc * IB + h * VB + js};
+  }
+  ck -= hpc * VB;
+  const int h = ck / 6, j = ck - h * 6;
+  return {bs * nkv * (IB + VB) + (h0 + h) * bs * 6 + 16 * j, 6, 16 * j, hpc * (IB + VB) + h * 6 + j};
+}
+
+template <class C, bool P>
 __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kernel(DecodeArgs a, DecodeTables t,
                                                              const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
+  static_assert(!P || (Q::kMse && C::kValueBits == 4 && Q::kSlot == C::kIdxBytes + C::kValueCodeBytes + 6),
+                "plane layout: mse keys, 4-bit values, no pad byte");
   constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps, CPT = Q::kChunksPerThread;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x;
@@ -178,8 +239,14 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
   for (int i = 0; i < CPT; ++i) {
     const int ck = gt + i * 32 * hpc;
     soff[i] = ck < hpc * SLOT ? 16 * ck : -1;
-    const int tok = ck / (SLOT / 2);  // segmented mode: hpc = 8, a token's segment is SLOT/2 chunks
-    goff[i] = contig ? 16 * ck : tok * a.n_kv_heads * SLOT + 16 * (ck - tok * (SLOT / 2));
+    if constexpr (P) {
+      const PlaneChunk<C> pc = plane_chunk<C>(ck, hpc, hg * hpc, a.n_kv_heads);
+      goff[i] = pc.goff;
+      if (soff[i] >= 0 && (PlaneSwz<C>::kKey || PlaneSwz<C>::kVal)) soff[i] = 16 * pc.sc;  // else sc == ck
+    } else {
+      const int tok = ck / (SLOT / 2);  // segmented mode: hpc = 8, a token's segment is SLOT/2 chunks
+      goff[i] = contig ? 16 * ck : tok * a.n_kv_heads * SLOT + 16 * (ck - tok * (SLOT / 2));
+    }
   }
   const int32_t* btab = a.table + int64_t(b) * a.table_stride;
   const int bs_mask = a.block_size - 1;
@@ -188,11 +255,12 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
   const uint32_t ring_u32 = dev::smem_u32(ring) + ws * sub_bytes;
   auto issue = [&](int tidx, int stage) {
     const int tj = rg.begin + tidx * tile + 16 * ws;
-    const int nvb = min(max(rg.end - tj, 0), 16) * hpc * SLOT;  // valid bytes (token-major)
+    const int nv = min(max(rg.end - tj, 0), 16);
+    const int nvb = nv * hpc * SLOT;  // valid bytes (token-major)
     const uint8_t* gbase = cache;
-    if (nvb > 0) {
+    if (nvb > 0) {  // (plane layout: the 16-token group's base; the head offset is in goff)
       const int64_t page = btab[tj >> a.log2_block_size];
-      gbase = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes + group_off;
+      gbase = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes + (P ? 0 : group_off);
     }
     const uint32_t sub = ring_u32 + stage * a.stage_bytes;
     if (nvb == sub_bytes) {  // all 16 tokens valid (warp-uniform): plain copies
@@ -203,7 +271,13 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
 #pragma unroll
       for (int i = 0; i < CPT; ++i) {
         if (soff[i] < 0) continue;
-        const int bytes = min(max(nvb - soff[i], 0), 16);
+        int bytes;
+        if constexpr (P) {
+          const PlaneChunk<C> pc = plane_chunk<C>(gt + i * 32 * hpc, hpc, hg * hpc, a.n_kv_heads);
+          bytes = min(max(nv * pc.rb - pc.hoff, 0), 16);
+        } else {
+          bytes = min(max(nvb - soff[i], 0), 16);
+        }
         dev::cp_async16(sub + soff[i], bytes ? gbase + goff[i] : cache, bytes);
       }
     }
@@ -291,8 +365,15 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     const int nvalid = min(rg.end - t0, 16);
     if (nvalid <= 0) continue;  // warp-uniform
 
-    const uint8_t* k0 = sub + (r * hpc + hl) * SLOT;
-    const uint8_t* k1 = sub + ((r + 8) * hpc + hl) * SLOT;
+    // plane layout: this warp's head in each plane (see PlaneChunk)
+    constexpr int IB = C::kIdxBytes, VB = C::kValueCodeBytes;
+    const uint8_t* kpl = sub + hl * 16 * IB;
+    const uint8_t* vpl = sub + hpc * 16 * IB + hl * 16 * VB;
+    const uint8_t* mpl = sub + hpc * 16 * (IB + VB) + hl * 16 * 6;
+    const uint8_t* k0 = P ? kpl + r * IB : sub + (r * hpc + hl) * SLOT;
+    // swizzled keys (PlaneSwz): token r+8's chunks sit in row (r+8)^1, columns ps ^ r/2
+    const uint8_t* k1 = P ? kpl + (PlaneSwz<C>::kKey ? (r + 8) ^ 1 : r + 8) * IB : sub + ((r + 8) * hpc + hl) * SLOT;
+    const int kx = P && PlaneSwz<C>::kKey ? 16 * (r >> 1) : 0;
     // Σ(αc)² per token (nc) on the tensor cores: m16n8k8 with A = {af[0], af[1]}
     // (tokens r, r+8 × the k-step's first 8 slots) and B = af[0] (tokens 0–7 as
     // columns) or af[1] (tokens 8–15); likewise af[2], af[3] for the last 8 slots.
@@ -305,14 +386,14 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
 #pragma unroll
     for (int pst = 0; pst < Q::kPairSteps; ++pst) {
       uint32_t w0[2], w1[2];
-      key_words<C>(k0, pst, p, w0);
-      key_words<C>(k1, pst, p, w1);
+      key_words<C, P>(k0, pst, p, w0, kx);
+      key_words<C, P>(k1, pst, p, w1, kx);
 #pragma unroll
       for (int h2 = 0; h2 < 2; ++h2) {
         const int ks = 2 * pst + h2;
         uint32_t af[4];
-        key_frag<C>(w0, h2, lut_lane, af[0], af[2]);
-        key_frag<C>(w1, h2, lut_lane, af[1], af[3]);
+        key_frag<C, P>(w0, h2, lut_lane, af[0], af[2]);
+        key_frag<C, P>(w1, h2, lut_lane, af[1], af[3]);
         dev::mma_16816(sa[0], af, qh[ks][0], qh[ks][1]);
         dev::mma_16816(sa[NCH - 1], af, ql[ks][0], ql[ks][1]);
         if constexpr (Q::kMse) {
@@ -328,8 +409,8 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     for (int i = 0; i < 4; ++i) s[i] = NCH == 1 ? sa[0][i] : sa[0][i] + sa[NCH - 1][i];
     float fr = raw_scale, fr8 = raw_scale;
     if constexpr (Q::kMse) {
-      fr *= ld_f16(k0 + C::kIdxBytes);
-      fr8 *= ld_f16(k1 + C::kIdxBytes);
+      fr *= ld_f16(P ? mpl + 6 * r : k0 + C::kIdxBytes);
+      fr8 *= ld_f16(P ? mpl + 6 * (r + 8) : k1 + C::kIdxBytes);
       if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
         const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[1] : qa[0], diag_src);
         const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[3] : qb[2], diag_src);
@@ -343,8 +424,8 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     float alpha[2];
     sm.update(x, alpha);
     // value scale/zero of tokens r and r+8 (zero-filled beyond the range, and p = 0 there)
-    const uint8_t* vf0 = k0 + C::kKeyBytes + C::kValueCodeBytes;
-    const uint8_t* vf1 = k1 + C::kKeyBytes + C::kValueCodeBytes;
+    const uint8_t* vf0 = P ? mpl + 6 * r + 2 : k0 + C::kKeyBytes + C::kValueCodeBytes;
+    const uint8_t* vf1 = P ? mpl + 6 * (r + 8) + 2 : k1 + C::kKeyBytes + C::kValueCodeBytes;
     const float sc0 = ld_f16(vf0), z0 = ld_f16(vf0 + 2), sc1 = ld_f16(vf1), z1 = ld_f16(vf1 + 2);
     const float pv[4] = {x[0] * sc0, x[1] * sc0, x[2] * sc1, x[3] * sc1};
 #pragma unroll
@@ -360,11 +441,41 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     const uint32_t bl1 = dev::movmatrix_trans(dev::pack_half2(pv[2] - pf23.x, pv[3] - pf23.y));
 
     // value codes of tokens 2p, 2p+1 (k-slots 2p..) and 2p+8, 2p+9 (k-slots 2p+8..), lane row r
-    const uint8_t* va = sub + ((2 * p) * hpc + hl) * SLOT + C::kKeyBytes + r * Q::kVChunk;
-    const uint8_t* vb = va + hpc * SLOT;
-    const uint8_t* vc = va + 8 * hpc * SLOT;
-    const uint8_t* vd = vc + hpc * SLOT;
-    if constexpr (C::kValueBits == 4) {
+    const int vstride = P ? VB : hpc * SLOT;  // next token's codes
+    const uint8_t* va = P ? vpl + 2 * p * VB + r * Q::kVChunk : sub + ((2 * p) * hpc + hl) * SLOT + C::kKeyBytes + r * Q::kVChunk;
+    const uint8_t* vb = va + vstride;
+    const uint8_t* vc = va + 8 * vstride;
+    const uint8_t* vd = vc + vstride;
+    if constexpr (P && PlaneSwz<C>::kVal) {  // swizzled codes: chunk 8L + (col ^ swz_v(L)), L = tok / 2
+      const int sv0 = swz_v(p), sv8 = swz_v(p + 4), rh = r >> 1, rl = 8 * (r & 1);
+      va = vpl + 16 * (8 * p + (rh ^ sv0)) + rl;
+      vb = vpl + 16 * (8 * p + ((4 + rh) ^ sv0)) + rl;
+      vc = vpl + 16 * (8 * (p + 4) + (rh ^ sv8)) + rl;
+      vd = vpl + 16 * (8 * (p + 4) + ((4 + rh) ^ sv8)) + rl;
+    }
+    if constexpr (P) {
+      // plane layout: each token's code bytes are 4-byte aligned: one 4-byte load per
+      // token and pair of u16 words (loading a whole 8-byte chunk up front spilled)
+#pragma unroll
+      for (int w2 = 0; w2 < Q::kVChunk / 4; ++w2) {
+        const uint32_t xa = *reinterpret_cast<const uint32_t*>(va + 4 * w2);
+        const uint32_t xb = *reinterpret_cast<const uint32_t*>(vb + 4 * w2);
+        const uint32_t xc = *reinterpret_cast<const uint32_t*>(vc + 4 * w2);
+        const uint32_t xd = *reinterpret_cast<const uint32_t*>(vd + 4 * w2);
+#pragma unroll
+        for (int hw = 0; hw < 2; ++hw) {
+          const int w = 2 * w2 + hw;
+          const uint32_t sel = hw ? 0x7632u : 0x5410u;
+          const uint32_t wab = __byte_perm(xa, xb, sel), wcd = __byte_perm(xc, xd, sel);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint32_t xab = m ? wab >> 8 : wab, xcd = m ? wcd >> 8 : wcd;
+            const uint32_t af[4] = {xab & 0x000f000fu, xab & 0x00f000f0u, xcd & 0x000f000fu, xcd & 0x00f000f0u};
+            fold_tile(acc[2 * w + m], af, bh0, bh1, bl0, bl1, alpha);
+          }
+        }
+      }
+    } else if constexpr (C::kValueBits == 4) {
 #pragma unroll
       for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: chunk dims 4w … 4w+3 → m-tiles 2w, 2w+1
         const uint32_t wab = __byte_perm(ld_u16(va + 2 * w), ld_u16(vb + 2 * w), 0x5410);
@@ -481,6 +592,17 @@ int auto_splits(int batch_groups, int max_seq_len, int slots, int tile) {
   return best;
 }
 
+// The kernel for a layout: planes only for the formats planes_support accepts
+// (checked by decode_can_implement before we get here).
+template <class C, class Fn>
+void with_kernel(bool planes, Fn&& fn) {
+  if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
+    if (planes) return fn(decode_kernel<C, true>);
+  }
+  if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
+  fn(decode_kernel<C, false>);
+}
+
 int decode_device_sms_impl() {
   int dev_id = 0, sms = 0;
   TQ_CUDA_CHECK(cudaGetDevice(&dev_id));
@@ -567,10 +689,12 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     int stage_bytes = 0, stages = 0;
     plan_layout(cache.n_kv_heads, Q::kSlot, 8 * Q::D * 4, Q::kLutBytes + 64, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false);
-    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-    int occ = 0;
-    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_kernel<C>, plan.threads, plan.smem_bytes));
-    plan.ctas_per_sm = occ;
+    with_kernel<C>(cache.layout == CacheLayout::planes, [&](auto kern) {
+      TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+      int occ = 0;
+      TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, plan.threads, plan.smem_bytes));
+      plan.ctas_per_sm = occ;
+    });
   });
   finish_plan(p, f.head_dim, sm_count, plan);
   return plan;
@@ -619,10 +743,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.stage_bytes = plan.warps_per_head * 16 * plan.heads_per_cta * Q::kSlot;
     a.stages = (plan.smem_bytes - 8 * Q::D * 4) / a.stage_bytes;
     if (a.stages < 2 || a.stages > 4) throw_error("paged_decode: plan does not match this format (use plan_decode)");
-    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
     const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
-    decode_kernel<C><<<grid, plan.threads, plan.smem_bytes, stream>>>(a, t, cache.data);
-    TQ_CUDA_CHECK(cudaGetLastError());
+    with_kernel<C>(cache.layout == CacheLayout::planes, [&](auto kern) {
+      TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+      kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(a, t, cache.data);
+      TQ_CUDA_CHECK(cudaGetLastError());
+    });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, stream);
 }

@@ -3,6 +3,8 @@
 // the value record (min/max quantize — or turbo blocks) in registers, builds
 // the slot in shared memory and writes it with 2-byte stores (slots are only
 // 2-byte aligned: 134 B at d=128). Bytes equal KvFormat::encode_slots.
+// CacheLayout::planes (mse + uniform): the same bytes, key indices / value codes /
+// {norm, scale, zero} written to the page's three planes (tq/cuda/paged.h).
 #include <cuda_fp8.h>
 
 #include "bitexact.cuh"
@@ -31,6 +33,7 @@ struct StoreArgs {
   int n_kv_heads;
   uint8_t* cache;
   int slot_bytes;
+  int planes;  // CacheLayout::planes (mse keys + uniform values only; see paged.h)
 };
 
 // One turbo block (128 values, 4 per lane: element lane + 32k) → codes in smem,
@@ -231,6 +234,22 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
     }
     __syncwarp();
 
+    // ---- plane layout: the same records, split over the page's three planes ----
+    if constexpr (C::kKey == KeyKind::mse && C::kValue == ValueKind::uniform) {
+      if (a.planes) {
+        if (write) {
+          // 16-token group of the slot (block sizes are multiples of 16), row in its planes
+          const int th = h * 16 + int(dst_slot & 15);
+          const int ph = 16 * a.n_kv_heads;  // token-heads per group
+          uint8_t* page = a.cache + (dst_slot & ~int64_t(15)) * a.n_kv_heads * a.slot_bytes;
+          uint8_t* meta = page + ph * (C::kIdxBytes + C::kValueCodeBytes) + th * 6;
+          write_stream<C::kKeyBits>(kc, D, page + th * C::kIdxBytes, lane);
+          write_stream<C::kValueBits>(vc, D, page + ph * C::kIdxBytes + th * C::kValueCodeBytes, lane);
+          if (lane < 3) store_u16(meta + 2 * lane, lane == 0 ? knorm[0] : lane == 1 ? vf0[0] : vf1);
+        }
+        return;
+      }
+    }
     // ---- write the slot: code streams straight from the staged codes, 2-byte stores ----
     uint8_t* dst = a.cache + (dst_slot * a.n_kv_heads + h) * int64_t(a.slot_bytes);
     if (write) {
@@ -283,6 +302,7 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
   a.n_kv_heads = p.cache.n_kv_heads;
   a.cache = p.cache.data;
   a.slot_bytes = p.cache.slot_bytes;
+  a.planes = p.cache.layout == CacheLayout::planes ? 1 : 0;
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     if (C::kKeyBytes != f.key_bytes || C::kValueBytes != f.value_bytes)

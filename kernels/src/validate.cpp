@@ -27,6 +27,11 @@ std::string check_cache(const char* who, const KernelFormat& f, const PagedCache
     return fmt::format("{}: cache.block_size {} not supported (16, 32, 64 or 128)", who, c.block_size);
   if (c.n_kv_heads < 1) return fmt::format("{}: cache.n_kv_heads {} must be ≥ 1", who, c.n_kv_heads);
   if (c.num_blocks < 1) return fmt::format("{}: cache.num_blocks {} must be ≥ 1", who, c.num_blocks);
+  if (c.layout == CacheLayout::planes) {
+    if (auto e = planes_support(f); !e.empty()) return fmt::format("{}: {}", who, e);
+  } else if (c.layout != CacheLayout::vllm) {
+    return fmt::format("{}: unknown cache.layout {}", who, int(c.layout));
+  }
   return {};
 }
 
@@ -77,8 +82,16 @@ std::string store_can_implement(const KernelFormat& f, const StoreParams& p) {
   return {};
 }
 
+std::string planes_support(const KernelFormat& f) {
+  if (f.key != KeyKind::mse || f.value != ValueKind::uniform || f.value_bits != 4 ||
+      f.key_bytes + f.value_bytes != f.slot_bytes)
+    return fmt::format("format '{}' has no plane-layout kernels (mse keys + 4-bit uniform values only)", f.name);
+  return {};
+}
+
 std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p) {
   if (auto e = check_cache("dequant_paged", f, p.cache); !e.empty()) return e;
+  if (p.cache.layout != CacheLayout::vllm) return "dequant_paged: only the vLLM cache layout is supported";
   if (auto e = check_blocks("dequant_paged", p.blocks); !e.empty()) return e;
   if (!p.out_offsets || !p.k_out || !p.v_out) return "dequant_paged: out_offsets, k_out or v_out is null";
   if (!aligned(p.k_out, 2) || !aligned(p.v_out, 2)) return "dequant_paged: k_out/v_out must be 2-byte aligned";

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "tq/cuda/check.h"
+#include "tq/cuda/kernel_format.h"
 #include "tq/float_formats.h"
 #include "tq/rng.h"
 
@@ -108,6 +109,36 @@ inline Paging make_paging(const std::vector<int>& lens, int block_size, tq::Rng&
   }
   p.total_tokens = int64_t(p.slot_of_token.size());
   return p;
+}
+
+// Converts a whole quantized cache between the vLLM slot layout and the plane
+// layout (tq/cuda/paged.h: planes per 16-token group): the same bytes per
+// token-head, rearranged. to_planes:
+// slots → planes; else planes → slots. Formats with planes_support only.
+inline std::vector<uint8_t> convert_layout(const std::vector<uint8_t>& in, const tq::cuda::KernelFormat& f,
+                                           int64_t num_blocks, int block_size, int hkv, bool to_planes) {
+  const size_t S = size_t(f.slot_bytes), IB = size_t(f.key_bytes) - 2, VB = size_t(f.value_bytes) - 4;
+  const size_t ph = 16 * size_t(hkv);  // token-heads of one 16-token group
+  std::vector<uint8_t> out(in.size());
+  for (int64_t g = 0; g < num_blocks * (block_size / 16); ++g) {
+    const size_t page = size_t(g) * ph * S;  // group base (both layouts)
+    for (int t = 0; t < 16; ++t)
+      for (int h = 0; h < hkv; ++h) {
+        const size_t slot = page + (size_t(t) * hkv + h) * S, th = size_t(h) * 16 + t;
+        const size_t meta = page + ph * (IB + VB) + th * 6;
+        const struct {
+          size_t s, p, n;
+        } parts[4] = {{slot, page + th * IB, IB},                   // key indices
+                      {slot + IB, meta, 2},                         // key norm
+                      {slot + IB + 2, page + ph * IB + th * VB, VB},  // value codes
+                      {slot + IB + 2 + VB, meta + 2, 4}};           // scale, zero
+        for (const auto& pt : parts) {
+          if (to_planes) std::memcpy(&out[pt.p], &in[pt.s], pt.n);
+          else std::memcpy(&out[pt.s], &in[pt.p], pt.n);
+        }
+      }
+  }
+  return out;
 }
 
 }  // namespace tqtest

@@ -29,6 +29,8 @@ struct DecodeCase {
   int splits = 0;  // 0 = auto
   double q_sigma = 2.0;
   uint64_t seed = 1;
+  bool planes = false;  // quantized cache in CacheLayout::planes
+  tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 
 // A filled paged cache (GPU) plus its CPU-dequantized contents.
@@ -83,10 +85,11 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
     sp.key_stride_head = sp.value_stride_head = c.d;
     sp.slot_mapping = dmap.as<int64_t>();
     sp.num_tokens = int(pg.total_tokens);
-    sp.cache = {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes};
+    sp.cache = {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes, c.layout()};
     tq::cuda::store_kv(kf, sp);
     device_sync();
-    const auto bytes = F.cache->download<uint8_t>(F.cache->size());
+    auto bytes = F.cache->download<uint8_t>(F.cache->size());
+    if (c.planes) bytes = convert_layout(bytes, kf, pg.num_blocks, pg.block_size, c.hkv, /*to_planes=*/false);
     F.k.resize(rows * c.d);
     F.v.resize(rows * c.d);
     for (int64_t t = 0; t < pg.total_tokens; ++t)
@@ -154,7 +157,7 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
     R.plan = tq::cuda::plan_decode_f16(kc, R.p);
   } else {
     const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
-    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
     R.plan = tq::cuda::plan_decode(kf, pc, R.p);
   }
   R.ws = std::make_unique<DevMem>(R.plan.workspace_bytes);
@@ -167,7 +170,7 @@ void launch(const DecodeCase& c, Filled& F, DecodeRun& R, cudaStream_t stream = 
     tq::cuda::paged_decode_f16(kc, R.p, R.plan, R.ws->as(), stream);
   } else {
     const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
-    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
     tq::cuda::paged_decode(kf, pc, R.p, R.plan, R.ws->as(), stream);
   }
 }
@@ -228,6 +231,81 @@ TEST_CASE("decode: ragged batch, every format, fixed and auto splits", "[decode]
       const double e = run_decode(c);
       WARN(fmt << " ragged, splits " << splits << ": max rel error " << e);
     }
+}
+
+TEST_CASE("decode: plane layout (4bit_nc, k3v4_nc): ragged, head dims, block sizes, GQA, 32K", "[decode][planes]") {
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc"}) {
+    for (int splits : {0, 1, 3}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.planes = true;
+      c.lens = kRagged;
+      c.splits = splits;
+      c.seed = 511 + splits;
+      const double e = run_decode(c);
+      WARN(fmt << " planes ragged, splits " << splits << ": max rel error " << e);
+    }
+    for (int d : {64, 128, 256})
+      for (int bs : {16, 32, 128}) {
+        DecodeCase c;
+        c.fmt = fmt;
+        c.planes = true;
+        c.d = d;
+        c.bs = bs;
+        c.hq = 16;
+        c.hkv = 4;
+        c.lens = {1, 17, bs - 1, bs, bs + 1, 700};
+        c.seed = uint64_t(7000 + d * 10 + bs);
+        run_decode(c);
+      }
+    struct H {
+      int hq, hkv;
+    };
+    for (const H h : {H{8, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.planes = true;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.lens = {5, 16, 300, 2049};
+      c.seed = uint64_t(900 + h.hq + h.hkv);
+      run_decode(c);
+    }
+    DecodeCase c;
+    c.fmt = fmt;
+    c.planes = true;
+    c.lens = {32768, 20001};
+    c.seed = 97;
+    const double e = run_decode(c);
+    WARN(fmt << " planes 32K: max rel error " << e);
+  }
+}
+
+TEST_CASE("decode: plane layout quick subset", "[decode][planes][quick]") {
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc"}) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.planes = true;
+    c.hq = 8;
+    c.hkv = 2;
+    c.lens = {1, 17, 40};
+    c.seed = 4242;
+    run_decode(c);
+  }
+}
+
+TEST_CASE("launchers: the plane layout is refused where there is no kernel", "[api][planes][quick]") {
+  DecodeCase c;
+  c.fmt = "turboquant_k8v4";
+  c.lens = {20};
+  tq::Rng rng(1);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+  const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes,
+                                tq::cuda::CacheLayout::planes};
+  REQUIRE_THROWS_AS(tq::cuda::plan_decode(kf, pc, R.p), tq::Error);
+  REQUIRE_THROWS_AS(tq::cuda::paged_decode(kf, pc, R.p, R.plan, R.ws->as()), tq::Error);
 }
 
 TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {

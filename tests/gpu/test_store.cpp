@@ -99,7 +99,70 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
   REQUIRE(bad == 0);
 }
 
+// Plane layout: the same tokens stored in both layouts; the plane cache must equal
+// the vLLM cache (itself checked against the CPU encoder above) rearranged, byte for
+// byte, poison of never-written slots included.
+void check_store_planes(const std::string& name, int d, int block_size, int n_tokens, int hkv, uint64_t seed) {
+  INFO("planes: format " << name << " d=" << d << " block_size=" << block_size << " tokens=" << n_tokens
+                         << " hkv=" << hkv);
+  const tq::KvFormat f = tq::make_format(name, d);
+  const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(f);
+  REQUIRE(tq::cuda::planes_support(kf).empty());
+  tq::Rng rng(seed);
+  const int64_t num_blocks = (n_tokens + block_size - 1) / block_size + 2;
+  const int64_t slots = num_blocks * block_size;
+  std::vector<int64_t> perm(static_cast<size_t>(slots));
+  for (int64_t i = 0; i < slots; ++i) perm[size_t(i)] = i;
+  for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[size_t(rng.below(i))]);
+  std::vector<int64_t> mapping(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) mapping[size_t(t)] = rng.below(10) == 0 ? -1 : perm[size_t(t)];
+  const auto kh = random_rows(rng, size_t(n_tokens) * hkv, d, 0.0, 1.0);
+  const auto vh = random_rows(rng, size_t(n_tokens) * hkv, d, 0.3, 1.0);
+  DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(mapping.size() * 8);
+  dk.upload(kh);
+  dv.upload(vh);
+  dmap.upload(mapping);
+  const size_t cache_bytes = size_t(slots) * hkv * f.slot_bytes();
+  DevMem c_vllm(cache_bytes), c_planes(cache_bytes);
+  c_vllm.fill(kPoison);
+  c_planes.fill(kPoison);
+  tq::cuda::StoreParams p;
+  p.key = dk.as();
+  p.value = dv.as();
+  p.key_stride_token = p.value_stride_token = int64_t(hkv) * d;
+  p.key_stride_head = p.value_stride_head = d;
+  p.slot_mapping = dmap.as<int64_t>();
+  p.num_tokens = n_tokens;
+  p.cache = {c_vllm.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())};
+  tq::cuda::store_kv(kf, p);
+  p.cache = {c_planes.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes()), tq::cuda::CacheLayout::planes};
+  tq::cuda::store_kv(kf, p);
+  device_sync();
+  const auto got = c_planes.download<uint8_t>(cache_bytes);
+  const auto expect = convert_layout(c_vllm.download<uint8_t>(cache_bytes), kf, num_blocks, block_size, hkv, true);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < cache_bytes; ++i)
+    if (got[i] != expect[i] && bad++ == 0) first = i;
+  INFO("first differing byte " << first << ": got " << int(got[first]) << " expected " << int(expect[first]));
+  REQUIRE(bad == 0);
+  // and back: planes → slots gives the vLLM cache again
+  REQUIRE(convert_layout(got, kf, num_blocks, block_size, hkv, false) == c_vllm.download<uint8_t>(cache_bytes));
+}
+
 }  // namespace
+
+TEST_CASE("store: plane layout = the vLLM slots rearranged (4bit_nc, k3v4_nc)", "[store][planes]") {
+  uint64_t seed = 300;
+  for (const std::string name : {"turboquant_4bit_nc", "turboquant_k3v4_nc"})
+    for (int d : {64, 128, 256})
+      for (int bs : {16, 32, 128}) check_store_planes(name, d, bs, 150, 3, seed++);
+  check_store_planes("turboquant_4bit_nc", 128, 16, 2000, 8, 399);
+}
+
+TEST_CASE("store: plane layout quick subset", "[store][planes][quick]") {
+  check_store_planes("turboquant_4bit_nc", 128, 16, 40, 8, 401);
+  check_store_planes("turboquant_k3v4_nc", 64, 32, 40, 2, 402);
+}
 
 TEST_CASE("store: cache bytes equal the CPU encoder (all formats, head dims, block sizes)", "[store]") {
   uint64_t seed = 1;

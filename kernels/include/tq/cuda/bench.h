@@ -21,6 +21,9 @@ struct BenchShape {
   // Pages of each sequence: a random permutation of all cache blocks (as the
   // tables of a long-running server look), or consecutive blocks.
   bool shuffled_pages = true;
+  // Quantized cache in CacheLayout::planes instead of the vLLM slot layout
+  // (bench_decode / bench_store; formats with planes_support only).
+  bool planes = false;
 };
 
 struct BenchOptions {

@@ -59,4 +59,8 @@ KernelFormat kernel_format(const KvFormat& format);
 // dequant only). Empty string = yes; otherwise the reason.
 std::string decode_support(const KernelFormat& f);
 
+// Whether the store and decode kernels handle this format in the plane layout
+// (CacheLayout::planes: mse keys + 4-bit uniform values). Empty = yes.
+std::string planes_support(const KernelFormat& f);
+
 }  // namespace tq::cuda
