@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
       tq::AblationDumpInfo info;
       info.path = dump_paths[di];
       info.name = tq::dump_label(dump_paths[di], di);
+      for (const auto& other : res.dumps)  // labels must be unique: suffix the index on a clash
+        if (other.name == info.name) info.name += fmt::format("-{}", di);
       info.model = h.model;
       info.arch = h.arch;
       info.n_layers = h.n_layers;

@@ -20,23 +20,25 @@ def main(out_dir):
     written = []
     dumps = [d["name"] for d in s["dumps"]]
 
-    # 1. Error vs bits per value (every format, each dump).
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    # 1. Error vs bits per value (every registered preset with nonzero error, each dump).
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     for dump, marker in zip(dumps, "os^vD"):
-        rows = [f for f in s["formats"] if f["dump"] == dump and f["study"] in ("presets", "user", "kv-bits")]
+        rows = [f for f in s["formats"] if f["dump"] == dump and f["study"] in ("presets", "user")
+                and f["overall"]["out_rel_err"] > 0]
         for metric, ax in zip(("out_rel_err", "kl"), axes):
             xs = [f["bits_per_value"] for f in rows]
-            ys = [max(f["overall"][metric], 1e-12) for f in rows]
+            ys = [f["overall"][metric] for f in rows]
             ax.scatter(xs, ys, marker=marker, label=dump)
-            for f, x, y in zip(rows, xs, ys):
-                ax.annotate(f["format"], (x, y), fontsize=6, alpha=0.8)
+            if dump == dumps[0]:
+                for f, x, y in zip(rows, xs, ys):
+                    ax.annotate(f["format"], (x, y), fontsize=6, alpha=0.8, xytext=(3, 2), textcoords="offset points")
     for metric, ax in zip(("attention-output relative error", "KL(p || p_hat) [nats]"), axes):
-        ax.set_xlabel("bits per value (K and V)")
+        ax.set_xlabel("bits per value (K and V, slot bytes x 8 / 2d)")
         ax.set_ylabel(metric)
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("Quality vs memory")
+    fig.suptitle("Quality vs memory: registered formats (labels: first dump)")
     fig.tight_layout()
     written.append("error_vs_bits.png")
     fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
@@ -48,11 +50,13 @@ def main(out_dir):
         if not rows:
             continue
         fig, ax = plt.subplots(figsize=(10, 5))
-        for f in rows:
-            if f["format"] in ("f32",):
-                continue
+        keep = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turbo3",
+                "turbo4", "q8_0", "q4_0", "kivi4", "kivi2")
+        shown = [f for f in rows if f["format"] in keep] or [f for f in rows if f["overall"]["out_rel_err"] > 0]
+        for i, f in enumerate(shown):
             layers = [l["layer"] for l in f["per_layer"]]
-            ax.plot(layers, [max(l["out_rel_err"], 1e-12) for l in f["per_layer"]], label=f["format"], lw=1)
+            ax.plot(layers, [l["out_rel_err"] for l in f["per_layer"]], label=f["format"], lw=1.2,
+                    ls=("-", "--", ":", "-.")[i % 4], marker=".")
         ax.set_yscale("log")
         ax.set_xlabel("layer")
         ax.set_ylabel("attention-output relative error")
@@ -67,7 +71,7 @@ def main(out_dir):
     # 3. QJL vs MSE at equal bits: bias, variance, and what survives the softmax.
     qjl = [f for f in s["formats"] if f["study"] == "qjl"]
     if qjl:
-        metrics = [("ip_bias", "inner-product bias"), ("ip_var", "inner-product variance"),
+        metrics = [("ip_slope", "inner-product slope (1 = unbiased)"), ("ip_var", "inner-product variance"),
                    ("kl", "KL(p || p_hat)"), ("out_rel_err", "output rel. error")]
         fig, axes = plt.subplots(1, len(metrics), figsize=(16, 4.5))
         for ax, (metric, title) in zip(axes, metrics):
@@ -80,7 +84,10 @@ def main(out_dir):
             ax.set_xticks(range(len(vals)))
             ax.set_xticklabels(labels, rotation=90, fontsize=6)
             ax.set_title(title)
-            if metric != "ip_bias":
+            if metric == "ip_slope":
+                ax.axhline(1.0, color="k", lw=0.8)
+                ax.set_ylim(min(vals) - 0.02, max(vals) + 0.02)
+            else:
                 ax.set_yscale("log")
             ax.grid(alpha=0.3, axis="y")
         fig.suptitle("QJL (prod<b>, red) vs MSE (mse<b>, blue) on keys at equal bits")

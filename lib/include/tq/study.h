@@ -37,7 +37,8 @@ std::string study_spec_with_codebook(const StudyFormat& f, const std::string& cb
 // (evenly strided), written one per line to path.
 void fit_empirical_samples(const KvDump& dump, const std::vector<int>& layers, int64_t n_first, const std::string& path);
 
-// Short label for a dump in tables: file stem (made unique with its index).
+// Short label for a dump in tables: the file stem (tq-ablate makes clashing
+// labels unique by appending the dump's index).
 std::string dump_label(const std::string& path, size_t index);
 
 // Runs experiments/plot_ablation.py on dir; returns the PNG names it wrote

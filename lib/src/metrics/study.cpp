@@ -107,7 +107,8 @@ std::string dump_label(const std::string& path, size_t index) {
   if (dot != std::string::npos && dot > 0) stem.resize(dot);
   for (auto& c : stem)
     if (c == ',' || c == '"' || c == ' ') c = '_';
-  return index == 0 ? stem : fmt::format("{}#{}", stem, index);
+  (void)index;
+  return stem;
 }
 
 std::vector<std::string> draw_ablation_plots(const std::string& dir) {
