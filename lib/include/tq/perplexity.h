@@ -86,6 +86,7 @@ struct EvalOptions {
   int n_ctx = 512;
   int max_chunks = -1;  // −1: every full chunk of the text
   int n_threads = 0;    // forward pass threads (0: all)
+  std::string base_name = "f16";  // label of the reference run in results
 };
 
 // (done chunks, total chunks), called after each chunk.

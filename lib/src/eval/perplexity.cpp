@@ -216,7 +216,7 @@ std::vector<FormatResult> evaluate_perplexity(const Model& model, const std::str
   const int64_t n_vocab = model.config().n_vocab;
 
   std::vector<FormatAccumulator> acc;
-  acc.emplace_back("base", true);
+  acc.emplace_back(opt.base_name, true);
   for (const auto& f : formats) acc.emplace_back(f.first, false);
   ForwardOptions fo;
   fo.n_threads = opt.n_threads;
