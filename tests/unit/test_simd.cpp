@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tq/rng.h"
+#include "tq/bitpack.h"
 #include "tq/simd.h"
 
 using namespace tq;
@@ -43,4 +44,19 @@ TEST_CASE("simd: bucketize equals counting midpoints, ties go up", "[simd]") {
   }
   INFO("path " << simd_path());
   SUCCEED();
+}
+
+TEST_CASE("simd: power-of-two tree sums and two-step scaling match the scalar definitions", "[simd]") {
+  Rng r(33);
+  for (int n : {16, 32, 64, 128, 256, 1024, 4096}) {
+    for (int t = 0; t < 20; ++t) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = float(r.gaussian() * std::ldexp(1.0, int(r.below(20)) - 10));
+      REQUIRE(tree_sum_squares_pow2(x.data(), n) == tree_sum_squares(x.data(), n));
+      const float a = float(r.uniform(0.01, 2)), b = float(r.uniform(0.01, 2));
+      std::vector<float> y = x;
+      scale2_inplace(y.data(), n, a, b);
+      for (int j = 0; j < n; ++j) REQUIRE(y[size_t(j)] == (x[size_t(j)] * a) * b);
+    }
+  }
 }

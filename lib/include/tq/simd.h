@@ -30,6 +30,12 @@ class Bucketizer {
 
 // Packs 4-bit codes (even j low nibble); n even.
 void pack_nibbles(const uint8_t* codes, size_t n, uint8_t* out);
+// x[j] = (x[j] · a) · b, two roundings per element (the rotation scale then 1/norm).
+void scale2_inplace(float* x, int n, float a, float b);
+// The halving-tree sum of squares of tq/bitpack.h for power-of-two n ≥ 16 (AVX2
+// when available; identical bits to the scalar tree).
+float tree_sum_squares_pow2(const float* x, int n);
+
 // True when every |x_i| ≤ limit (false for NaN).
 bool all_within(const float* x, size_t n, float limit);
 // x[j] *= s for j < n.

@@ -28,14 +28,13 @@ MseCodec::MseCodec(int bits, int d, std::shared_ptr<const Rotation> rot, std::sh
 
 float MseCodec::rotate_unit(const float* x, float* y) const {
   const int d = dim();
-  const float norm = std::sqrt(tree_sum_squares(x, d));
+  const float norm = std::sqrt(is_power_of_two(d) ? tree_sum_squares_pow2(x, d) : tree_sum_squares(x, d));
   std::memcpy(y, x, sizeof(float) * size_t(d));
   const float inv = 1.0f / (norm + 1e-8f);
   if (const auto* h = dynamic_cast<const HadamardRotation*>(rot_.get())) {
     // Same two roundings as apply() then ·inv, in one pass: (H x · 1/√d) · inv.
     fwht(y, d);
-    const float s = h->scale();
-    for (int j = 0; j < d; ++j) y[j] = (y[j] * s) * inv;
+    scale2_inplace(y, d, h->scale(), inv);
     return norm;
   }
   rot_->apply(y);

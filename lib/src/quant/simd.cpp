@@ -1,5 +1,7 @@
 #include "tq/simd.h"
 
+#include "tq/bitpack.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -188,6 +190,34 @@ __attribute__((target("avx2"))) bool all_within_avx2(const float* x, size_t n, f
   return good;
 }
 
+__attribute__((target("avx2"))) void scale2_avx2(float* x, int n, float a, float b) {
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), va), vb));
+  for (; j < n; ++j) x[j] = (x[j] * a) * b;
+}
+
+// s_i = x_i² + x_{i+h}² (h = n/2), then s_i += s_{i+h'} for h' = n/4 … 1: the
+// vertical levels on 8-lane vectors, the last three inside one register
+// (lane i += lane i+4, += lane i+2, += lane i+1) — each element sees the same
+// additions in the same order as the scalar tree.
+__attribute__((target("avx2"))) float tree_sum_squares_pow2_avx2(const float* x, int n) {
+  alignas(32) float buf[2048];
+  const int h = n / 2;
+  for (int i = 0; i < h; i += 8) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + h);
+    _mm256_store_ps(buf + i, _mm256_add_ps(_mm256_mul_ps(a, a), _mm256_mul_ps(b, b)));
+  }
+  for (int w = h / 2; w >= 8; w /= 2)
+    for (int i = 0; i < w; i += 8)
+      _mm256_store_ps(buf + i, _mm256_add_ps(_mm256_load_ps(buf + i), _mm256_load_ps(buf + i + w)));
+  __m256 v = _mm256_load_ps(buf);
+  v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7)));
+  v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(2, 3, 2, 3, 2, 3, 2, 3)));
+  v = _mm256_add_ps(v, _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1)));
+  return _mm256_cvtss_f32(v);
+}
+
 bool use_avx2() {
   static const bool v = [] {
     const char* f = std::getenv("TQ_SIMD");
@@ -238,6 +268,20 @@ bool all_within(const float* x, size_t n, float limit) {
   bool good = true;
   for (size_t i = 0; i < n; ++i) good = good && std::fabs(x[i]) <= limit;
   return good;
+}
+
+void scale2_inplace(float* x, int n, float a, float b) {
+#ifdef TQ_X86
+  if (use_avx2()) { scale2_avx2(x, n, a, b); return; }
+#endif
+  for (int j = 0; j < n; ++j) x[j] = (x[j] * a) * b;
+}
+
+float tree_sum_squares_pow2(const float* x, int n) {
+#ifdef TQ_X86
+  if (n >= 16 && n <= 4096 && use_avx2()) return tree_sum_squares_pow2_avx2(x, n);
+#endif
+  return tree_sum_squares(x, n);
 }
 
 void scale_inplace(float* x, int n, float s) {
