@@ -706,31 +706,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   if (!why.empty()) throw_error(why.c_str());
   if (plan.parts > 1 && !workspace) throw_error("paged_decode: the plan needs a workspace (plan.workspace_bytes)");
   if (p.blocks.batch > 65535 || plan.num_splits < 1) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
-  DecodeArgs a{};
-  a.q = static_cast<const __half*>(p.query);
-  a.q_sb = p.q_stride_batch;
-  a.q_sh = p.q_stride_head;
-  a.out = static_cast<__half*>(p.out);
-  a.o_sb = p.o_stride_batch;
-  a.o_sh = p.o_stride_head;
-  const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
-  a.o_part = static_cast<float*>(workspace);
-  a.lse_part = workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
-                                                   (rows * size_t(f.head_dim) * 4 + 255) / 256 * 256)
-                         : nullptr;
-  a.table = p.blocks.table;
-  a.table_stride = p.blocks.stride;
-  a.seq_lens = p.blocks.seq_lens;
-  a.block_size = cache.block_size;
-  a.log2_block_size = __builtin_ctz(unsigned(cache.block_size));
-  a.n_kv_heads = cache.n_kv_heads;
-  a.n_q_heads = p.n_q_heads;
-  a.group = p.n_q_heads / cache.n_kv_heads;
-  a.hpc = plan.heads_per_cta;
-  a.wph = plan.warps_per_head;
-  a.num_splits = plan.num_splits;
-  a.parts = plan.parts;
-  a.scale_log2 = p.attn_scale * 1.4426950408889634f;
+  DecodeArgs a = make_decode_args(p, plan, workspace, f.head_dim, cache.block_size, cache.n_kv_heads);
   DecodeTables t{};
   for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
   t.rot_scale = f.rot_scale;

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "tq/cuda/decode.h"
 
 namespace tq::cuda {
 
@@ -108,6 +109,39 @@ __device__ __forceinline__ float sum_over_token_lanes(float v) {
 // Stage 2: out[b, h, :] = Σ_parts 2^(lse_i − max) o_i / Σ 2^(lse_i − max); parts
 // with lse = −inf (empty ranges) are skipped; a sequence with no tokens gives 0.
 void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStream_t stream);
+
+// The launch arguments both paged decodes share (queries, outputs, split-KV
+// workspace: per-part partial outputs then their LSEs, 256-byte aligned; block
+// table; GQA shape; plan).
+inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan, void* workspace, int head_dim,
+                                   int block_size, int n_kv_heads) {
+  DecodeArgs a{};
+  a.q = static_cast<const __half*>(p.query);
+  a.q_sb = p.q_stride_batch;
+  a.q_sh = p.q_stride_head;
+  a.out = static_cast<__half*>(p.out);
+  a.o_sb = p.o_stride_batch;
+  a.o_sh = p.o_stride_head;
+  const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
+  a.o_part = static_cast<float*>(workspace);
+  a.lse_part = workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
+                                                   (rows * size_t(head_dim) * 4 + 255) / 256 * 256)
+                         : nullptr;
+  a.table = p.blocks.table;
+  a.table_stride = p.blocks.stride;
+  a.seq_lens = p.blocks.seq_lens;
+  a.block_size = block_size;
+  a.log2_block_size = __builtin_ctz(unsigned(block_size));
+  a.n_kv_heads = n_kv_heads;
+  a.n_q_heads = p.n_q_heads;
+  a.group = p.n_q_heads / n_kv_heads;
+  a.hpc = plan.heads_per_cta;
+  a.wph = plan.warps_per_head;
+  a.num_splits = plan.num_splits;
+  a.parts = plan.parts;
+  a.scale_log2 = p.attn_scale * 1.4426950408889634f;
+  return a;
+}
 
 struct DecodePlan;
 struct DecodeParams;
