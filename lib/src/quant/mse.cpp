@@ -6,6 +6,7 @@
 #include "bytes.h"
 #include "tq/bitpack.h"
 #include "tq/error.h"
+#include "tq/simd.h"
 
 namespace tq {
 
@@ -29,14 +30,14 @@ MseCodec::MseCodec(int bits, int d, std::shared_ptr<const Rotation> rot, std::sh
 float MseCodec::rotate_unit(const float* x, float* y) const {
   const int d = dim();
   const float norm = std::sqrt(is_power_of_two(d) ? tree_sum_squares_pow2(x, d) : tree_sum_squares(x, d));
-  std::memcpy(y, x, sizeof(float) * size_t(d));
   const float inv = 1.0f / (norm + 1e-8f);
   if (const auto* h = dynamic_cast<const HadamardRotation*>(rot_.get())) {
-    // Same two roundings as apply() then ·inv, in one pass: (H x · 1/√d) · inv.
-    fwht(y, d);
-    scale2_inplace(y, d, h->scale(), inv);
+    // Same two roundings as apply() then ·inv, in one pass from x (no copy):
+    // (H x · 1/√d) · inv.
+    fwht_scale2(x, y, d, h->scale(), inv);
     return norm;
   }
+  std::memcpy(y, x, sizeof(float) * size_t(d));
   rot_->apply(y);
   for (int j = 0; j < d; ++j) y[j] *= inv;
   return norm;
