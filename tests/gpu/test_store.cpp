@@ -53,6 +53,9 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
         float kv = float(mag * fast_gauss(rng)), vv = float(0.2 + mag * fast_gauss(rng));
         if (t == 1 && h == 0) kv = 0.f;          // zero key (norm 0)
         if (t == 2 && h == hkv - 1) vv = 0.75f;  // constant value row (scale floor)
+        // min 0, max 15 (4-bit scale exactly 1) and exact half-way codes k + 0.5 elsewhere:
+        // every quotient lands on a rounding boundary (the row kernel's exact-division path)
+        if (t == 3 && h == 0) vv = j == 0 ? 0.f : j == 1 ? 15.f : float(j % 15) + 0.5f;
         kh[size_t(t * row + h * d + j)] = tq::float_to_half(kv);
         vh[size_t(t * row + h * d + j)] = tq::float_to_half(vv);
       }
@@ -174,6 +177,13 @@ TEST_CASE("store: cache bytes equal the CPU encoder (all formats, head dims, blo
 TEST_CASE("store: strided inputs and many tokens", "[store]") {
   check_store("turboquant_4bit_nc", 128, 16, 3000, 8, 77, /*extra_stride=*/40);
   check_store("turboquant_k8v4", 128, 64, 2000, 4, 78, 8);
+  // rows not 16-byte aligned (stride 3 elements): the warp-per-row kernel
+  check_store("turboquant_4bit_nc", 128, 16, 500, 5, 79, 3);
+  check_store("turboquant_k3v4_nc", 64, 16, 300, 3, 80, 1);
+  // one kv head (a warp's 32 rows are 32 tokens), odd head counts (runs split across warps)
+  check_store("turboquant_k3v4_nc", 128, 32, 700, 1, 81);
+  check_store("turboquant_3bit_nc", 64, 16, 333, 7, 82, 16);
+  check_store("turboquant_4bit_nc", 64, 128, 999, 5, 83);
 }
 
 TEST_CASE("store: quick subset", "[store][quick]") {
