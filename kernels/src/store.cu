@@ -1,10 +1,17 @@
-// Fused store kernels: one warp per token-head computes the key record (norm,
-// Hadamard rotation, bucketize, pack — or the fp8 cast, or turbo blocks) and
-// the value record (min/max quantize — or turbo blocks) in registers, builds
-// the slot in shared memory and writes it with 2-byte stores (slots are only
-// 2-byte aligned: 134 B at d=128). Bytes equal KvFormat::encode_slots.
-// CacheLayout::planes (mse + uniform): the same bytes, key indices / value codes /
-// {norm, scale, zero} written to the page's three planes (tq/cuda/paged.h).
+// Fused store kernels; bytes equal KvFormat::encode_slots.
+// - store_quad_kernel (mse or fp8 keys + uniform values: the turboquant_* presets,
+//   vLLM layout, 16-byte-aligned fp16 rows): four lanes per token-head, see below.
+// - store_kernel (everything else: turbo blocks, the plane layout, unaligned rows):
+//   one warp per token-head computes the key record (norm, Hadamard rotation,
+//   bucketize, pack — or the fp8 cast, or turbo blocks) and the value record
+//   (min/max quantize — or turbo blocks) in registers, builds the slot in shared
+//   memory and writes it with 2-byte stores (slots are only 2-byte aligned: 134 B
+//   at d=128). CacheLayout::planes (mse + uniform): the same bytes, key indices /
+//   value codes / {norm, scale, zero} written to the page's three planes
+//   (tq/cuda/paged.h).
+#include <cstdlib>
+#include <cstring>
+
 #include <cuda_fp8.h>
 
 #include "bitexact.cuh"
@@ -274,6 +281,307 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
   }
 }
 
+// ---- quad store: four lanes per token-head (mse or fp8 keys + uniform values) ----
+// The warp-per-row kernel above issues ~545 warp instructions per row (Nsight, run 9):
+// with 4 values per lane most of them are shuffles (FWHT lane stages, reductions),
+// per-lane IEEE divisions and byte staging. A thread per row (run 9) needs 255
+// registers and stalls. Here a quad of lanes owns a row, a lane holds the D/4
+// elements j = 32i + 8q + e (q = lane % 4, e < 8): one 16-byte load per i (a
+// quad's loads are 64 contiguous bytes), FWHT stages h = 1, 2, 4 and ≥ 32 inside
+// the lane, h = 8, 16 across the quad; the norm tree likewise (CPU order kept:
+// every level is elementwise, so where a pair lives does not matter). u4/u3 codes
+// come from (v − mn)·RN(1/scale) with an exact-division redo for any lane whose
+// values land within 1e-5 of a rounding boundary. Slots are staged in shared
+// memory and copied out per token run (a token's heads are adjacent in the cache)
+// with 16-, 4- or 2-byte stores.
+constexpr int kQuadWarps = 4;
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class C>
+constexpr bool quad_store_supported() {
+  return (C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform;
+}
+template <class C>
+constexpr int quad_slot() {
+  return (C::kKeyBytes + C::kValueBytes + 1) & ~1;
+}
+
+__device__ __forceinline__ void unpack8(uint4 u, float* f) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+// butterflies of one stage on a lane's elements: pairs (k, k + H) with bit H of k clear
+template <int E, int H>
+__device__ __forceinline__ void lane_stage(float (&x)[E]) {
+#pragma unroll
+  for (int k = 0; k < E; ++k)
+    if (!(k & H)) {
+      const float p = x[k], r = x[k + H];
+      x[k] = __fadd_rn(p, r);
+      x[k + H] = __fsub_rn(p, r);
+    }
+}
+// stage across the quad (partner lane q ^ M): the lower lane a + b, the upper a − b
+// as RN(o + sgn·x) with sgn = ±1 in one FFMA: sgn·x is exact, so this is the
+// rounded sum/difference itself (zero signs included).
+template <int E, int M>
+__device__ __forceinline__ void quad_stage(float (&x)[E], int q) {
+  const float sgn = (q & M) ? -1.f : 1.f;
+#pragma unroll
+  for (int k = 0; k < E; ++k) {
+    const float o = __shfl_xor_sync(dev::kFull, x[k], M);
+    x[k] = __fmaf_rn(sgn, x[k], o);
+  }
+}
+
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+// dev::bucketize (binary search, exact y ≥ m) with the running index kept as the
+// shared address base + 4·idx: the first two levels compare against midpoints held
+// in registers (m_top; m_lo2 or m_hi2 by one select), each further level is one load
+// at an immediate offset, one compare and one predicated add. (A uniform-grid lookup
+// with one 16-byte entry per cell, tried instead, measured slower: bank conflicts.)
+template <int LEVELS>
+__device__ __forceinline__ uint32_t bucket_addr(float y, uint32_t base, float m_top, float m_lo2, float m_hi2) {
+  const bool p1 = y >= m_top;
+  uint32_t a = p1 ? base + 4u * (LEVELS / 2) : base;
+  if constexpr (LEVELS >= 4) {
+    if (y >= (p1 ? m_hi2 : m_lo2)) a += 4u * (LEVELS / 4);
+  }
+#pragma unroll
+  for (int step = LEVELS / 8; step >= 1; step >>= 1)
+    if (y >= lds_f32(a + 4u * (step - 1))) a += 4u * step;
+  return a;
+}
+
+// in-lane stages over the i bits: element offset 32·W ↔ register offset 8·W
+template <int E, int W>
+__device__ __forceinline__ void lane_stages_i(float (&x)[E]) {
+  if constexpr (8 * W < E) {
+    lane_stage<E, 8 * W>(x);
+    lane_stages_i<E, 2 * W>(x);
+  }
+}
+template <int W, int N>
+__device__ __forceinline__ void tree_i_levels(float (&s)[N]) {  // s_k += s_{k+8W}, W = … 1 (i bits)
+  if constexpr (W >= 1) {
+#pragma unroll
+    for (int k = 0; k < 8 * W; ++k) s[k] = __fadd_rn(s[k], s[k + 8 * W]);
+    tree_i_levels<W / 2>(s);
+  }
+}
+
+// bytes of code group g (8 codes, B bits each, LSB first) at staging offset B·g
+template <int B>
+__device__ __forceinline__ void stage_codes(uint8_t* dst, int g, uint32_t w) {
+  if constexpr (B == 4) {  // 4 bytes at 4g: two 2-byte stores (rows are 2-byte aligned)
+    store_u16(dst + 4 * g, w);
+    store_u16(dst + 4 * g + 2, w >> 16);
+  } else {  // 3 bytes at 3g
+    static_assert(B == 3, "u3/u4 value codes, mse3/mse4 keys");
+    dst[3 * g] = uint8_t(w);
+    dst[3 * g + 1] = uint8_t(w >> 8);
+    dst[3 * g + 2] = uint8_t(w >> 16);
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : 8) store_quad_kernel(StoreArgs a, StoreTables t) {
+  constexpr int D = C::kD, NI = D / 32, E = D / 4, SB = quad_slot<C>();
+  __shared__ float s_mid[16];
+  __shared__ __align__(16) uint8_t s_slot[kQuadWarps][8 * SB];
+  if (threadIdx.x == 0) {  // compile-time indices: no local copy of the parameters
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s_mid[i] = t.midpoints[i];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, q = lane & 3;
+  const uint32_t total = uint32_t(a.total), nkv = uint32_t(a.n_kv_heads);
+  const uint32_t th0 = (blockIdx.x * kQuadWarps + warp) * 8u;
+  if (th0 >= total) return;  // warp-uniform; no block barrier follows
+  const uint32_t nrows = min(8u, total - th0);
+  const uint32_t th = th0 + min(uint32_t(r), nrows - 1);  // rows past the end redo the last one, unwritten
+  const uint32_t tok = th / nkv, hh = th - tok * nkv;
+  const uint4* kp = reinterpret_cast<const uint4*>(a.key + int64_t(tok) * a.ks_tok + int64_t(hh) * a.ks_head + 8 * q);
+  const uint4* vp = reinterpret_cast<const uint4*>(a.value + int64_t(tok) * a.vs_tok + int64_t(hh) * a.vs_head + 8 * q);
+  uint4 kraw[NI], vraw[NI];
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    kraw[i] = __ldcs(kp + 4 * i);
+    vraw[i] = __ldcs(vp + 4 * i);
+  }
+  uint8_t* slot = s_slot[warp] + r * SB;
+
+  // ---- key record ----
+  {
+    float x[E];
+#pragma unroll
+    for (int i = 0; i < NI; ++i) unpack8(kraw[i], x + 8 * i);
+    if constexpr (C::kKey == KeyKind::mse) {
+      // tq::tree_sum_squares: s_j = x_j² + x_{j+D/2}², then s_j += s_{j+h}, h = D/4 … 1
+      float sq[E / 2];
+#pragma unroll
+      for (int k = 0; k < E / 2; ++k) sq[k] = __fadd_rn(__fmul_rn(x[k], x[k]), __fmul_rn(x[k + E / 2], x[k + E / 2]));
+      tree_i_levels<NI / 4>(sq);  // h = D/4 … 32
+#pragma unroll
+      for (int m = 2; m >= 1; m >>= 1)  // h = 16, 8: across the quad
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sq[k] = __fadd_rn(sq[k], __shfl_xor_sync(dev::kFull, sq[k], m));
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sq[k] = __fadd_rn(sq[k], sq[k + 4]);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) sq[k] = __fadd_rn(sq[k], sq[k + 2]);
+      const float norm = __fsqrt_rn(__fadd_rn(sq[0], sq[1]));
+      // tq::fwht, stages h = 1, 2, 4 (lane), 8, 16 (quad), 32, … (lane)
+      lane_stage<E, 1>(x);
+      lane_stage<E, 2>(x);
+      lane_stage<E, 4>(x);
+      quad_stage<E, 1>(x, q);
+      quad_stage<E, 2>(x, q);
+      lane_stages_i<E, 1>(x);
+      const float inv = __fdiv_rn(1.0f, __fadd_rn(norm, 1e-8f));
+      // code word of 8 indices from the addresses a_e = base + 4·idx_e:
+      // (a_0 − base)/4 + Σ_{e≥1} (a_e − base)·2^(B·e−2), the base terms folded into one constant
+      constexpr int KB = C::kKeyBits, L = C::kLevels;
+      uint32_t kconst = 0;
+#pragma unroll
+      for (int e = 1; e < 8; ++e) kconst += 1u << (KB * e - 2);
+      const uint32_t base = dev::smem_u32(s_mid), base_k = base * kconst;
+      const float m_top = t.midpoints[L / 2 - 1];
+      const float m_lo2 = t.midpoints[L >= 4 ? L / 4 - 1 : 0], m_hi2 = t.midpoints[L >= 4 ? 3 * L / 4 - 1 : 0];
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        auto code_addr = [&](int e) {
+          return bucket_addr<L>(__fmul_rn(__fmul_rn(x[8 * i + e], t.rot_scale), inv), base, m_top, m_lo2, m_hi2);
+        };
+        uint32_t w = (code_addr(0) - base) >> 2;
+#pragma unroll
+        for (int e = 1; e < 8; ++e) w += code_addr(e) << (KB * e - 2);
+        stage_codes<KB>(slot, 4 * i + q, w - base_k);
+      }
+      if (q == 0) store_u16(slot + C::kIdxBytes, __half_as_ushort(__float2half_rn(norm)));
+    } else {  // fp8 E4M3 (satfinite, RNE): 8 bytes per group at 8g
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        uint32_t b[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) b[e] = __nv_cvt_float_to_fp8(x[8 * i + e], __NV_SATFINITE, __NV_E4M3);
+        uint8_t* d8 = slot + 8 * (4 * i + q);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) store_u16(d8 + 2 * u, b[2 * u] | (b[2 * u + 1] << 8));
+      }
+    }
+  }
+
+  // ---- value record (UniformCodec::encode) ----
+  {
+    constexpr int qmax = (1 << C::kValueBits) - 1;
+    float v[E];
+#pragma unroll
+    for (int i = 0; i < NI; ++i) unpack8(vraw[i], v + 8 * i);
+    // min/max on the fp16 pairs (exact; a zero extreme is fixed up below)
+    __half2 mn2 = *reinterpret_cast<const __half2*>(&vraw[0].x), mx2 = mn2;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const uint32_t wv[4] = {vraw[i].x, vraw[i].y, vraw[i].z, vraw[i].w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        mn2 = __hmin2(mn2, *reinterpret_cast<const __half2*>(&wv[u]));
+        mx2 = __hmax2(mx2, *reinterpret_cast<const __half2*>(&wv[u]));
+      }
+    }
+    float mn = fminf(__low2float(mn2), __high2float(mn2)), mx = fmaxf(__low2float(mx2), __high2float(mx2));
+#pragma unroll
+    for (int m = 1; m <= 2; m <<= 1) {
+      mn = fminf(mn, __shfl_xor_sync(dev::kFull, mn, m));
+      mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, m));
+    }
+    // std::min/std::max keep the first (index order) of equal values: only a zero
+    // extreme can tell — it takes the sign of the row's first zero (rare: warp-uniform branch)
+    if (__any_sync(dev::kFull, mn == 0.f || mx == 0.f)) {
+      int first = 1 << 30;  // index j = 32i + 8q + e of the lane's first zero, ×2, + sign
+#pragma unroll
+      for (int k = E - 1; k >= 0; --k)
+        if (v[k] == 0.f) first = 2 * (32 * (k / 8) + 8 * q + k % 8) + (signbit(v[k]) ? 1 : 0);
+#pragma unroll
+      for (int m = 1; m <= 2; m <<= 1) first = min(first, __shfl_xor_sync(dev::kFull, first, m));
+      const float zero = (first & 1) ? -0.f : 0.f;
+      if (mn == 0.f) mn = zero;
+      if (mx == 0.f) mx = zero;
+    }
+    float scale = __fdiv_rn(__fsub_rn(mx, mn), float(qmax));
+    if (!(scale > 1e-8f)) scale = 1e-8f;
+    const float inv_scale = __fdiv_rn(1.0f, scale);
+    // t = fma(v − mn, RN(1/scale), 0.5) differs from the CPU's RN(RN((v − mn)/scale) + 0.5) by
+    // at most 2⁻²⁴·16 (the reciprocal) + 3 half-ulps of 16 (the three roundings) < 2.5e-6, so
+    // it floors to the CPU's integer unless it lies within 1e-5 of one: such lanes (and NaN)
+    // redo exactly (~0.06% of lanes on random data; a 1e-4 margin sent ~19% of warps there).
+    // No clamp: v ≥ mn gives t ≥ 0.5, and (mx − mn)/scale ≤ 15·(1 + 2⁻²²) keeps
+    // floor(t) ≤ qmax (the exact path clamps as the CPU does).
+    uint32_t w[NI];
+    bool exact = false;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      w[i] = 0u;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float tq = __fmaf_rn(__fsub_rn(v[8 * i + e], mn), inv_scale, 0.5f);
+        exact |= !(fabsf(__fsub_rn(tq, rintf(tq))) > 1e-5f);
+        w[i] |= uint32_t(__float2int_rd(tq)) << (C::kValueBits * e);
+      }
+    }
+    if (exact) {
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        w[i] = 0u;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float qf = floorf(__fadd_rn(__fdiv_rn(__fsub_rn(v[8 * i + e], mn), scale), 0.5f));
+          w[i] |= uint32_t(min(max(int(qf), 0), qmax)) << (C::kValueBits * e);
+        }
+      }
+    }
+    uint8_t* vs = slot + C::kKeyBytes;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) stage_codes<C::kValueBits>(vs, 4 * i + q, w[i]);
+    if (q == 0) store_u16(vs + C::kValueCodeBytes, __half_as_ushort(__float2half_rn(scale)));
+    if (q == 1) store_u16(vs + C::kValueCodeBytes + 2, __half_as_ushort(__float2half_rn(mn)));
+    if (C::kKeyBytes + C::kValueBytes < SB && q == 2) slot[SB - 1] = 0;  // pad byte
+  }
+  __syncwarp();
+
+  // ---- copy out: the rows of one token are adjacent slots ----
+  const uint32_t tok_first = __shfl_sync(dev::kFull, tok, 0), tok_last = __shfl_sync(dev::kFull, tok, 4 * (nrows - 1));
+  for (uint32_t tk = tok_first; tk <= tok_last; ++tk) {
+    const int64_t dst_slot = a.slot_mapping[tk];
+    if (dst_slot < 0) continue;  // padding token (warp-uniform)
+    const uint32_t tb = tk * nkv, hb = max(th0, tb), he = min(th0 + nrows, tb + nkv);
+    uint8_t* dst = a.cache + (dst_slot * nkv + (hb - tb)) * SB;
+    const uint8_t* src = s_slot[warp] + (hb - th0) * SB;
+    const int n = int(he - hb) * SB;
+    const uintptr_t al = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | uintptr_t(n);
+    if ((al & 15) == 0) {
+      for (int o = 16 * lane; o < n; o += 512)
+        *reinterpret_cast<uint4*>(dst + o) = *reinterpret_cast<const uint4*>(src + o);
+    } else if ((al & 3) == 0) {
+      for (int o = 4 * lane; o < n; o += 128)
+        *reinterpret_cast<uint32_t*>(dst + o) = *reinterpret_cast<const uint32_t*>(src + o);
+    } else {
+      for (int o = 2 * lane; o < n; o += 64) store_u16(dst + o, *reinterpret_cast<const uint16_t*>(src + o));
+    }
+  }
+}
+
 }  // namespace
 
 void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) {
@@ -307,6 +615,22 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
     using C = decltype(cfg);
     if (C::kKeyBytes != f.key_bytes || C::kValueBytes != f.value_bytes)
       throw_error("store_kv: compiled record sizes disagree with the format (internal error)");
+    if constexpr (quad_store_supported<C>()) {
+      // quad kernel: vLLM layout, 16-byte aligned fp16 rows, 32-bit row indices
+      // (TQ_STORE_QUAD=0 forces the warp kernel, for A/B measurements)
+      static const bool quad_off = [] {
+        const char* e = std::getenv("TQ_STORE_QUAD");
+        return e && std::strcmp(e, "0") == 0;
+      }();
+      const bool rows16 = aligned16(p.key) && aligned16(p.value) && p.key_stride_token % 8 == 0 &&
+                          p.key_stride_head % 8 == 0 && p.value_stride_token % 8 == 0 && p.value_stride_head % 8 == 0;
+      if (!quad_off && !a.planes && rows16 && a.slot_bytes == quad_slot<C>() && a.total < (int64_t(1) << 31)) {
+        const int64_t grid = (a.total + 8 * kQuadWarps - 1) / (8 * kQuadWarps);
+        store_quad_kernel<C><<<unsigned(grid), kQuadWarps * 32, 0, stream>>>(a, t);
+        TQ_CUDA_CHECK(cudaGetLastError());
+        return;
+      }
+    }
     const int64_t grid = (a.total + kWarps - 1) / kWarps;
     if (grid > 0x7fffffff) throw_error("store_kv: num_tokens · n_kv_heads too large");
     store_kernel<C><<<unsigned(grid), kWarps * 32, 0, stream>>>(a, t);

@@ -56,6 +56,11 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
         // min 0, max 15 (4-bit scale exactly 1) and exact half-way codes k + 0.5 elsewhere:
         // every quotient lands on a rounding boundary (the row kernel's exact-division path)
         if (t == 3 && h == 0) vv = j == 0 ? 0.f : j == 1 ? 15.f : float(j % 15) + 0.5f;
+        // a zero minimum and a zero maximum: std::min/max keep the first zero in index order,
+        // so the stored fp16 zero point is −0 here (j = 9 before +0 at j = 32) and +0 below
+        // (j = 40 before −0 at 3d/4); the GPU spreads a row over lanes in another order
+        if (t == 4 && h == 0) vv = j == 9 ? -0.f : j == 32 ? 0.f : std::fabs(vv) + 0.01f;
+        if (t == 5 && h == 0) vv = j == 40 ? 0.f : j == 3 * d / 4 ? -0.f : -std::fabs(vv) - 0.01f;
         kh[size_t(t * row + h * d + j)] = tq::float_to_half(kv);
         vh[size_t(t * row + h * d + j)] = tq::float_to_half(vv);
       }
