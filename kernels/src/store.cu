@@ -346,6 +346,11 @@ __device__ __forceinline__ float lds_f32(uint32_t addr) {
   asm("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
   return v;
 }
+// a += inc where y ≥ m, as one predicated add in place (written in C, nvcc emitted an add
+// into a new register plus a predicated move: two instructions per search level)
+__device__ __forceinline__ void add_if_ge(uint32_t& a, float y, float m, uint32_t inc) {
+  asm("{\n .reg .pred p;\n setp.ge.f32 p, %1, %2;\n @p add.u32 %0, %0, %3;\n}\n" : "+r"(a) : "f"(y), "f"(m), "r"(inc));
+}
 // dev::bucketize (binary search, exact y ≥ m) with the running index kept as the
 // shared address base + 4·idx: the first two levels compare against midpoints held
 // in registers (m_top; m_lo2 or m_hi2 by one select), each further level is one load
@@ -359,8 +364,7 @@ __device__ __forceinline__ uint32_t bucket_addr(float y, uint32_t base, float m_
     if (y >= (p1 ? m_hi2 : m_lo2)) a += 4u * (LEVELS / 4);
   }
 #pragma unroll
-  for (int step = LEVELS / 8; step >= 1; step >>= 1)
-    if (y >= lds_f32(a + 4u * (step - 1))) a += 4u * step;
+  for (int step = LEVELS / 8; step >= 1; step >>= 1) add_if_ge(a, y, lds_f32(a + 4u * (step - 1)), 4u * step);
   return a;
 }
 
