@@ -134,6 +134,18 @@ struct Symbol {
   size_t off, n;  // byte range in the word; n == 0 once merged away
 };
 
+// One symbol per UTF-8 character of s, linked in order (the start of both BPE merges).
+std::vector<Symbol> utf8_symbols(const std::string& s) {
+  std::vector<Symbol> sym;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = std::min(utf8_len(uint8_t(s[i])), s.size() - i);
+    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
+    i += n;
+  }
+  if (!sym.empty()) sym.back().next = -1;
+  return sym;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -283,14 +295,8 @@ std::vector<Fragment> Tokenizer::Impl::partition(const std::string& text, bool p
 
 // Byte-level BPE of one pre-tokenized word (already mapped to GPT-2 characters).
 void Tokenizer::Impl::bpe_word(const std::string& word, std::vector<int32_t>& out) const {
-  std::vector<Symbol> sym;
-  for (size_t i = 0; i < word.size();) {
-    const size_t n = std::min(utf8_len(uint8_t(word[i])), word.size() - i);
-    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
-    i += n;
-  }
+  std::vector<Symbol> sym = utf8_symbols(word);
   if (sym.empty()) return;
-  sym.back().next = -1;
 
   struct Bigram {
     int left, right, rank;
@@ -362,14 +368,8 @@ void Tokenizer::Impl::encode_spm(const std::string& raw, std::vector<int32_t>& o
     if (c == ' ') text += kSpace;
     else text += c;
   }
-  std::vector<Symbol> sym;
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = std::min(utf8_len(uint8_t(text[i])), text.size() - i);
-    sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, i, n});
-    i += n;
-  }
+  std::vector<Symbol> sym = utf8_symbols(text);
   if (sym.empty()) return;
-  sym.back().next = -1;
 
   struct Bigram {
     int left, right;
