@@ -117,15 +117,22 @@ void scale_min_k4(int j, const uint8_t* s, int& sc, int& mn) {
   }
 }
 
+// Q4_K/Q5_K: scale and min of the sub-blocks 2c and 2c + 1, as d·scale and dmin·min.
+template <class Block>
+void k4_scales(const Block& b, int c, float& d0, float& n0, float& d1, float& n1) {
+  const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+  int s0, m0, s1, m1;
+  scale_min_k4(2 * c, b.scales, s0, m0);
+  scale_min_k4(2 * c + 1, b.scales, s1, m1);
+  d0 = d * float(s0), n0 = dmin * float(m0), d1 = d * float(s1), n1 = dmin * float(m1);
+}
+
 void deq_q4_k(const uint8_t* src, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += QK_K) {
     const auto b = load_block<BlockQ4_K>(src + i * sizeof(BlockQ4_K));
-    const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
     for (int c = 0; c < 4; ++c) {
-      int s0, m0, s1, m1;
-      scale_min_k4(2 * c, b.scales, s0, m0);
-      scale_min_k4(2 * c + 1, b.scales, s1, m1);
-      const float d0 = d * float(s0), n0 = dmin * float(m0), d1 = d * float(s1), n1 = dmin * float(m1);
+      float d0, n0, d1, n1;
+      k4_scales(b, c, d0, n0, d1, n1);
       const uint8_t* q = b.qs + 32 * c;
       for (int l = 0; l < 32; ++l) {
         y[64 * c + l] = d0 * float(q[l] & 15) - n0;
@@ -138,12 +145,9 @@ void deq_q4_k(const uint8_t* src, float* y, int64_t nb) {
 void deq_q5_k(const uint8_t* src, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += QK_K) {
     const auto b = load_block<BlockQ5_K>(src + i * sizeof(BlockQ5_K));
-    const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
     for (int c = 0; c < 4; ++c) {
-      int s0, m0, s1, m1;
-      scale_min_k4(2 * c, b.scales, s0, m0);
-      scale_min_k4(2 * c + 1, b.scales, s1, m1);
-      const float d0 = d * float(s0), n0 = dmin * float(m0), d1 = d * float(s1), n1 = dmin * float(m1);
+      float d0, n0, d1, n1;
+      k4_scales(b, c, d0, n0, d1, n1);
       const uint8_t* q = b.qs + 32 * c;
       for (int l = 0; l < 32; ++l) {
         const int lo = (q[l] & 15) + (((b.qh[l] >> (2 * c)) & 1) << 4);
