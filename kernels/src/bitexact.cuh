@@ -8,48 +8,84 @@
 
 namespace tq::cuda::dev {
 
-// tq::tree_sum_squares (lib/src/quant/bitpack.cpp): s_i = x_i² + x_{i+D/2}², then
-// s_i += s_{i+h} for h = D/4 … 1. The levels h ≥ 32 pair registers of one lane;
-// h < 32 pair lanes (xor shuffle). Float + is commutative, so the mirrored lane
-// of each pair computes the same value and every lane ends with s_0.
-template <int E>
-__device__ __forceinline__ float warp_tree_sum_squares(const float (&x)[E]) {
-  static_assert(E >= 2 && (E & (E - 1)) == 0, "D = 32·E, E a power of two ≥ 2");
+// Layouts: a D-vector spread over 2^LANE lanes (xor partners) and E = D / 2^LANE registers
+// per lane, element j = (hi << (LOW + LANE)) | (lane bits << LOW) | lo in register
+// k = (hi << LOW) | lo. The warp kernels use LOW = 0, LANE = 5 (j = lane + 32k); the quad
+// store LOW = 3, LANE = 2 (j = 32i + 8q + e). The routines below follow the CPU's order of
+// operations level by level; where a pair lives (register or lane) does not change a result.
+
+// butterflies (a + b, a − b) on register pairs (k, k + H), bit H of k clear
+template <int H, int E>
+__device__ __forceinline__ void reg_stage(float (&x)[E]) {
+#pragma unroll
+  for (int k = 0; k < E; ++k)
+    if (!(k & H)) {
+      const float a = x[k], b = x[k + H];
+      x[k] = __fadd_rn(a, b);
+      x[k + H] = __fsub_rn(a, b);
+    }
+}
+// butterflies across lanes (partner lane ^ M): the lower lane a + b, the upper a − b, as
+// RN(partner + sgn·own) with sgn = ±1 in one FFMA (sgn·own is exact, so this is the rounded
+// sum or difference itself, zero signs included)
+template <int M, int E>
+__device__ __forceinline__ void xor_stage(float (&x)[E], int lane) {
+  const float sgn = (lane & M) ? -1.f : 1.f;
+#pragma unroll
+  for (int k = 0; k < E; ++k) x[k] = __fmaf_rn(sgn, x[k], __shfl_xor_sync(kFull, x[k], M));
+}
+
+// tq::fwht (Sylvester order: stages h = 1, 2, 4, …; x_j ← a + b, x_{j+h} ← a − b)
+template <int LOW, int LANE, int H = 1, int E>
+__device__ __forceinline__ void fwht(float (&x)[E], int lane) {
+  if constexpr (H < (E << LANE)) {
+    if constexpr (H < (1 << LOW)) reg_stage<H>(x);
+    else if constexpr (H < (1 << (LOW + LANE))) xor_stage<(H >> LOW)>(x, lane);
+    else reg_stage<(H >> LANE)>(x);
+    fwht<LOW, LANE, 2 * H>(x, lane);
+  }
+}
+
+// levels s_j += s_{j+h} of the CPU tree, h = H … 1 (element offsets)
+template <int LOW, int LANE, int H, int N>
+__device__ __forceinline__ void tree_levels(float (&s)[N]) {
+  if constexpr (H >= 1) {
+    if constexpr (H >= (1 << (LOW + LANE))) {
+#pragma unroll
+      for (int k = 0; k < (H >> LANE); ++k) s[k] = __fadd_rn(s[k], s[k + (H >> LANE)]);
+    } else if constexpr (H >= (1 << LOW)) {
+#pragma unroll
+      for (int k = 0; k < (1 << LOW); ++k) s[k] = __fadd_rn(s[k], __shfl_xor_sync(kFull, s[k], H >> LOW));
+    } else {
+#pragma unroll
+      for (int k = 0; k < H; ++k) s[k] = __fadd_rn(s[k], s[k + H]);
+    }
+    tree_levels<LOW, LANE, H / 2>(s);
+  }
+}
+
+// tq::tree_sum_squares (lib/src/quant/bitpack.cpp): s_j = x_j² + x_{j+D/2}², then
+// s_j += s_{j+h} for h = D/4 … 1. The top bit of j is a register bit, so the first
+// level pairs registers k and k + E/2. Float + is commutative, so the mirrored lane of
+// each cross-lane pair computes the same value and every lane ends with s_0.
+template <int LOW, int LANE, int E>
+__device__ __forceinline__ float tree_sum_squares(const float (&x)[E]) {
+  static_assert(E > (1 << LOW) && (E & (E - 1)) == 0, "E a power of two above the in-lane low bits");
   float s[E / 2];
 #pragma unroll
   for (int k = 0; k < E / 2; ++k) s[k] = __fadd_rn(__fmul_rn(x[k], x[k]), __fmul_rn(x[k + E / 2], x[k + E / 2]));
-#pragma unroll
-  for (int h = E / 4; h >= 1; h >>= 1)
-#pragma unroll
-    for (int k = 0; k < h; ++k) s[k] = __fadd_rn(s[k], s[k + h]);
-  float v = s[0];
-#pragma unroll
-  for (int m = 16; m >= 1; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(kFull, v, m));
-  return v;
+  tree_levels<LOW, LANE, (E << LANE) / 4>(s);
+  return s[0];
 }
 
-// tq::fwht (Sylvester order, stages h = 1, 2, 4, …; x_j ← a + b, x_{j+h} ← a − b).
-// Lane stages: the lower lane adds, the upper computes partner − own (a − b ≡ a + (−b)).
+// The warp layout (element j in lane j % 32, register j / 32).
+template <int E>
+__device__ __forceinline__ float warp_tree_sum_squares(const float (&x)[E]) {
+  return tree_sum_squares<0, 5>(x);
+}
 template <int E>
 __device__ __forceinline__ void warp_fwht(float (&x)[E], int lane) {
-#pragma unroll
-  for (int h = 1; h < 32; h <<= 1) {
-    const bool upper = (lane & h) != 0;
-#pragma unroll
-    for (int k = 0; k < E; ++k) {
-      const float o = __shfl_xor_sync(kFull, x[k], h);
-      x[k] = __fadd_rn(o, upper ? -x[k] : x[k]);
-    }
-  }
-#pragma unroll
-  for (int hk = 1; hk < E; hk <<= 1)
-#pragma unroll
-    for (int k = 0; k < E; ++k)
-      if (!(k & hk)) {
-        const float a = x[k], b = x[k + hk];
-        x[k] = __fadd_rn(a, b);
-        x[k + hk] = __fsub_rn(a, b);
-      }
+  fwht<0, 5>(x, lane);
 }
 
 // #{i : y ≥ m_i} for LEVELS−1 ascending midpoints (binary search; the predicate

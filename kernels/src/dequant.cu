@@ -66,6 +66,20 @@ __device__ void turbo_decode_block(const uint8_t* blk, int lane, float rot_scale
   }
 }
 
+// A record of C::kTurboBlocks blocks → the first D fp16 outputs (d = 64: one zero-padded block).
+template <class C, int KB>
+__device__ __forceinline__ void turbo_decode_record(const uint8_t* rec, __half* out, int lane, float rot_scale,
+                                                    const float* s_cen, const uint32_t* s_signs) {
+#pragma unroll
+  for (int b = 0; b < C::kTurboBlocks; ++b) {
+    float y[4];
+    turbo_decode_block<KB>(rec + b * C::kTurboBlockBytes, lane, rot_scale, s_cen, s_signs, y);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (128 * b + lane + 32 * k < C::kD) out[128 * b + lane + 32 * k] = __float2half_rn(y[k]);
+  }
+}
+
 template <class C>
 __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, DequantTables t) {
   constexpr int D = C::kD;
@@ -123,14 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
       ko[lane + 32 * k] = __half(r);
     }
   } else {
-#pragma unroll
-    for (int b = 0; b < C::kTurboBlocks; ++b) {
-      float y[4];
-      turbo_decode_block<C::kKeyBits>(s + b * C::kTurboBlockBytes, lane, t.rot_scale, s_cen, s_signs, y);
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (128 * b + lane + 32 * k < D) ko[128 * b + lane + 32 * k] = __float2half_rn(y[k]);
-    }
+    turbo_decode_record<C, C::kKeyBits>(s, ko, lane, t.rot_scale, s_cen, s_signs);
   }
 
   const uint8_t* vs = s + C::kKeyBytes;
@@ -143,14 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
       vo[lane + 32 * k] =
           __float2half_rn(__fadd_rn(__fmul_rn(float(code_at<C::kValueBits>(vs, lane + 32 * k)), scale), zero));
   } else {
-#pragma unroll
-    for (int b = 0; b < C::kTurboBlocks; ++b) {
-      float y[4];
-      turbo_decode_block<C::kValueBits>(vs + b * C::kTurboBlockBytes, lane, t.rot_scale, s_cen, s_signs, y);
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (128 * b + lane + 32 * k < D) vo[128 * b + lane + 32 * k] = __float2half_rn(y[k]);
-    }
+    turbo_decode_record<C, C::kValueBits>(vs, vo, lane, t.rot_scale, s_cen, s_signs);
   }
 }
 

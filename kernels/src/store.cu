@@ -14,6 +14,7 @@
 
 #include <cuda_fp8.h>
 
+#include "align.h"
 #include "bitexact.cuh"
 #include "formats.cuh"
 #include "tq/cuda/store.h"
@@ -296,8 +297,6 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
 // with 16-, 4- or 2-byte stores.
 constexpr int kQuadWarps = 4;
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <class C>
 constexpr bool quad_store_supported() {
   return (C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform;
@@ -314,30 +313,6 @@ __device__ __forceinline__ void unpack8(uint4 u, float* f) {
     const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
     f[2 * i] = v.x;
     f[2 * i + 1] = v.y;
-  }
-}
-
-// butterflies of one stage on a lane's elements: pairs (k, k + H) with bit H of k clear
-template <int E, int H>
-__device__ __forceinline__ void lane_stage(float (&x)[E]) {
-#pragma unroll
-  for (int k = 0; k < E; ++k)
-    if (!(k & H)) {
-      const float p = x[k], r = x[k + H];
-      x[k] = __fadd_rn(p, r);
-      x[k + H] = __fsub_rn(p, r);
-    }
-}
-// stage across the quad (partner lane q ^ M): the lower lane a + b, the upper a − b
-// as RN(o + sgn·x) with sgn = ±1 in one FFMA: sgn·x is exact, so this is the
-// rounded sum/difference itself (zero signs included).
-template <int E, int M>
-__device__ __forceinline__ void quad_stage(float (&x)[E], int q) {
-  const float sgn = (q & M) ? -1.f : 1.f;
-#pragma unroll
-  for (int k = 0; k < E; ++k) {
-    const float o = __shfl_xor_sync(dev::kFull, x[k], M);
-    x[k] = __fmaf_rn(sgn, x[k], o);
   }
 }
 
@@ -366,23 +341,6 @@ __device__ __forceinline__ uint32_t bucket_addr(float y, uint32_t base, float m_
 #pragma unroll
   for (int step = LEVELS / 8; step >= 1; step >>= 1) add_if_ge(a, y, lds_f32(a + 4u * (step - 1)), 4u * step);
   return a;
-}
-
-// in-lane stages over the i bits: element offset 32·W ↔ register offset 8·W
-template <int E, int W>
-__device__ __forceinline__ void lane_stages_i(float (&x)[E]) {
-  if constexpr (8 * W < E) {
-    lane_stage<E, 8 * W>(x);
-    lane_stages_i<E, 2 * W>(x);
-  }
-}
-template <int W, int N>
-__device__ __forceinline__ void tree_i_levels(float (&s)[N]) {  // s_k += s_{k+8W}, W = … 1 (i bits)
-  if constexpr (W >= 1) {
-#pragma unroll
-    for (int k = 0; k < 8 * W; ++k) s[k] = __fadd_rn(s[k], s[k + 8 * W]);
-    tree_i_levels<W / 2>(s);
-  }
 }
 
 // bytes of code group g (8 codes, B bits each, LSB first) at staging offset B·g
@@ -432,27 +390,9 @@ __global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : 8) store_q
 #pragma unroll
     for (int i = 0; i < NI; ++i) unpack8(kraw[i], x + 8 * i);
     if constexpr (C::kKey == KeyKind::mse) {
-      // tq::tree_sum_squares: s_j = x_j² + x_{j+D/2}², then s_j += s_{j+h}, h = D/4 … 1
-      float sq[E / 2];
-#pragma unroll
-      for (int k = 0; k < E / 2; ++k) sq[k] = __fadd_rn(__fmul_rn(x[k], x[k]), __fmul_rn(x[k + E / 2], x[k + E / 2]));
-      tree_i_levels<NI / 4>(sq);  // h = D/4 … 32
-#pragma unroll
-      for (int m = 2; m >= 1; m >>= 1)  // h = 16, 8: across the quad
-#pragma unroll
-        for (int k = 0; k < 8; ++k) sq[k] = __fadd_rn(sq[k], __shfl_xor_sync(dev::kFull, sq[k], m));
-#pragma unroll
-      for (int k = 0; k < 4; ++k) sq[k] = __fadd_rn(sq[k], sq[k + 4]);
-#pragma unroll
-      for (int k = 0; k < 2; ++k) sq[k] = __fadd_rn(sq[k], sq[k + 2]);
-      const float norm = __fsqrt_rn(__fadd_rn(sq[0], sq[1]));
-      // tq::fwht, stages h = 1, 2, 4 (lane), 8, 16 (quad), 32, … (lane)
-      lane_stage<E, 1>(x);
-      lane_stage<E, 2>(x);
-      lane_stage<E, 4>(x);
-      quad_stage<E, 1>(x, q);
-      quad_stage<E, 2>(x, q);
-      lane_stages_i<E, 1>(x);
+      // MseCodec::rotate_unit: the CPU's norm tree and FWHT in the quad layout (bitexact.cuh)
+      const float norm = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
+      dev::fwht<3, 2>(x, lane);
       const float inv = __fdiv_rn(1.0f, __fadd_rn(norm, 1e-8f));
       // code word of 8 indices from the addresses a_e = base + 4·idx_e:
       // (a_0 − base)/4 + Σ_{e≥1} (a_e − base)·2^(B·e−2), the base terms folded into one constant
@@ -626,7 +566,7 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
         const char* e = std::getenv("TQ_STORE_QUAD");
         return e && std::strcmp(e, "0") == 0;
       }();
-      const bool rows16 = aligned16(p.key) && aligned16(p.value) && p.key_stride_token % 8 == 0 &&
+      const bool rows16 = is_aligned(p.key, 16) && is_aligned(p.value, 16) && p.key_stride_token % 8 == 0 &&
                           p.key_stride_head % 8 == 0 && p.value_stride_token % 8 == 0 && p.value_stride_head % 8 == 0;
       if (!quad_off && !a.planes && rows16 && a.slot_bytes == quad_slot<C>() && a.total < (int64_t(1) << 31)) {
         const int64_t grid = (a.total + 8 * kQuadWarps - 1) / (8 * kQuadWarps);

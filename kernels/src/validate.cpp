@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "align.h"
 #include "tq/cuda/decode.h"
 #include "tq/cuda/dequant.h"
 #include "tq/cuda/store.h"
@@ -14,12 +15,11 @@ namespace tq::cuda {
 
 namespace {
 
-bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 bool valid_block_size(int b) { return b == 16 || b == 32 || b == 64 || b == 128; }
 
 std::string check_cache(const char* who, const KernelFormat& f, const PagedCache& c) {
   if (!c.data) return fmt::format("{}: cache.data is null", who);
-  if (!aligned(c.data, 16)) return fmt::format("{}: cache.data must be 16-byte aligned", who);
+  if (!is_aligned(c.data, 16)) return fmt::format("{}: cache.data must be 16-byte aligned", who);
   if (c.slot_bytes != f.slot_bytes)
     return fmt::format("{}: cache.slot_bytes {} != format '{}' slot_bytes {}", who, c.slot_bytes, f.name, f.slot_bytes);
   if (f.slot_bytes % 2) return fmt::format("{}: format '{}' has an odd slot size {}", who, f.name, f.slot_bytes);
@@ -52,10 +52,10 @@ std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, c
     return fmt::format("{}: {} query heads per kv head not supported (the kernel's MMA N tile holds ≤ 8)", who, g);
   if (n_kv_heads > 8 && n_kv_heads % 8)
     return fmt::format("{}: n_kv_heads {} not supported (≤ 8, or a multiple of 8)", who, n_kv_heads);
-  if (!aligned(p.query, 4) || p.q_stride_batch % 2 || p.q_stride_head % 2 || p.q_stride_head < head_dim)
+  if (!is_aligned(p.query, 4) || p.q_stride_batch % 2 || p.q_stride_head % 2 || p.q_stride_head < head_dim)
     return fmt::format("{}: query must be 4-byte aligned with even strides ≥ head_dim (got {}, {})", who,
                        p.q_stride_batch, p.q_stride_head);
-  if (!aligned(p.out, 4) || p.o_stride_batch % 2 || p.o_stride_head % 2 || p.o_stride_head < head_dim)
+  if (!is_aligned(p.out, 4) || p.o_stride_batch % 2 || p.o_stride_head % 2 || p.o_stride_head < head_dim)
     return fmt::format("{}: out must be 4-byte aligned with even strides ≥ head_dim (got {}, {})", who,
                        p.o_stride_batch, p.o_stride_head);
   if (!(p.attn_scale == p.attn_scale) || p.attn_scale == 0.f)
@@ -72,7 +72,7 @@ std::string store_can_implement(const KernelFormat& f, const StoreParams& p) {
   if (p.num_tokens < 0) return fmt::format("store_kv: num_tokens {} must be ≥ 0", p.num_tokens);
   if (p.num_tokens == 0) return {};
   if (!p.key || !p.value || !p.slot_mapping) return "store_kv: key, value or slot_mapping is null";
-  if (!aligned(p.key, 2) || !aligned(p.value, 2)) return "store_kv: key/value must be 2-byte aligned fp16";
+  if (!is_aligned(p.key, 2) || !is_aligned(p.value, 2)) return "store_kv: key/value must be 2-byte aligned fp16";
   if (p.key_stride_head < f.head_dim || p.key_stride_token < p.key_stride_head * p.cache.n_kv_heads)
     return fmt::format("store_kv: key strides (token {}, head {}) overlap rows of head_dim {} × {} heads",
                        p.key_stride_token, p.key_stride_head, f.head_dim, p.cache.n_kv_heads);
@@ -94,7 +94,7 @@ std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p)
   if (p.cache.layout != CacheLayout::vllm) return "dequant_paged: only the vLLM cache layout is supported";
   if (auto e = check_blocks("dequant_paged", p.blocks); !e.empty()) return e;
   if (!p.out_offsets || !p.k_out || !p.v_out) return "dequant_paged: out_offsets, k_out or v_out is null";
-  if (!aligned(p.k_out, 2) || !aligned(p.v_out, 2)) return "dequant_paged: k_out/v_out must be 2-byte aligned";
+  if (!is_aligned(p.k_out, 2) || !is_aligned(p.v_out, 2)) return "dequant_paged: k_out/v_out must be 2-byte aligned";
   if (p.max_seq_len < 0) return fmt::format("dequant_paged: max_seq_len {} must be ≥ 0", p.max_seq_len);
   return {};
 }
@@ -109,7 +109,7 @@ std::string decode_f16_can_implement(const PagedCacheF16& c, const DecodeParams&
   const char* who = "paged_decode_f16";
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     return fmt::format("{}: head_dim {} not supported (64, 128 or 256)", who, c.head_dim);
-  if (!c.k || !c.v || !aligned(c.k, 16) || !aligned(c.v, 16)) return fmt::format("{}: k/v must be 16-byte aligned", who);
+  if (!c.k || !c.v || !is_aligned(c.k, 16) || !is_aligned(c.v, 16)) return fmt::format("{}: k/v must be 16-byte aligned", who);
   if (!valid_block_size(c.block_size))
     return fmt::format("{}: block_size {} not supported (16, 32, 64 or 128)", who, c.block_size);
   if (c.n_kv_heads < 1 || c.num_blocks < 1) return fmt::format("{}: n_kv_heads and num_blocks must be ≥ 1", who);
