@@ -169,13 +169,10 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
     const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
     Buf k(elems * 2), v(elems * 2), map(size_t(chunk) * 8);
     std::vector<int64_t> slots(static_cast<size_t>(chunk));
-    StoreParams sp;
-    sp.key = k.p;
-    sp.value = v.p;
-    sp.key_stride_token = sp.value_stride_token = int64_t(s.n_kv_heads) * s.head_dim;
-    sp.key_stride_head = sp.value_stride_head = s.head_dim;
-    sp.slot_mapping = map.as<int64_t>();
-    sp.cache = {caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
+    StoreParams sp = StoreParams::contiguous(
+        k.p, v.p, map.as<int64_t>(), 0, s.head_dim,
+        {caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes,
+         s.planes ? CacheLayout::planes : CacheLayout::vllm});
     for (int64_t t0 = 0; t0 < total; t0 += chunk) {
       const int64_t n = std::min(chunk, total - t0);
       for (int64_t i = 0; i < n; ++i) {
@@ -247,14 +244,10 @@ StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, c
   Rng rng(3);
   for (size_t i = slots.size(); i > 1; --i) std::swap(slots[i - 1], slots[size_t(rng.below(i))]);
   TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
-  StoreParams sp;
-  sp.key = k.p;
-  sp.value = v.p;
-  sp.key_stride_token = sp.value_stride_token = int64_t(s.n_kv_heads) * s.head_dim;
-  sp.key_stride_head = sp.value_stride_head = s.head_dim;
-  sp.slot_mapping = map.as<int64_t>();
-  sp.num_tokens = int(tokens);
-  sp.cache = {cache.as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
+  const StoreParams sp = StoreParams::contiguous(
+      k.p, v.p, map.as<int64_t>(), int(tokens), s.head_dim,
+      {cache.as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes,
+       s.planes ? CacheLayout::planes : CacheLayout::vllm});
   StoreBench r;
   r.tokens = tokens;
   r.t = time_launches(o, [&](int) { store_kv(kf, sp); });

@@ -78,14 +78,9 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
     dk.upload(kh);
     dv.upload(vh);
     dmap.upload(pg.slot_of_token);
-    tq::cuda::StoreParams sp;
-    sp.key = dk.as();
-    sp.value = dv.as();
-    sp.key_stride_token = sp.value_stride_token = int64_t(c.hkv) * c.d;
-    sp.key_stride_head = sp.value_stride_head = c.d;
-    sp.slot_mapping = dmap.as<int64_t>();
-    sp.num_tokens = int(pg.total_tokens);
-    sp.cache = {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes, c.layout()};
+    const auto sp = tq::cuda::StoreParams::contiguous(
+        dk.as(), dv.as(), dmap.as<int64_t>(), int(pg.total_tokens), c.d,
+        {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes, c.layout()});
     tq::cuda::store_kv(kf, sp);
     device_sync();
     auto bytes = F.cache->download<uint8_t>(F.cache->size());

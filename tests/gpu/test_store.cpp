@@ -73,14 +73,9 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
   DevMem cache(cache_bytes);
   cache.fill(kPoison);
 
-  tq::cuda::StoreParams p;
-  p.key = dk.as();
-  p.value = dv.as();
+  auto p = tq::cuda::StoreParams::contiguous(dk.as(), dv.as(), dmap.as<int64_t>(), n_tokens, d,
+                                             {cache.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())});
   p.key_stride_token = p.value_stride_token = row;
-  p.key_stride_head = p.value_stride_head = d;
-  p.slot_mapping = dmap.as<int64_t>();
-  p.num_tokens = n_tokens;
-  p.cache = {cache.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())};
   tq::cuda::store_kv(kf, p);
   device_sync();
   const auto got = cache.download<uint8_t>(cache_bytes);
@@ -134,14 +129,8 @@ void check_store_planes(const std::string& name, int d, int block_size, int n_to
   DevMem c_vllm(cache_bytes), c_planes(cache_bytes);
   c_vllm.fill(kPoison);
   c_planes.fill(kPoison);
-  tq::cuda::StoreParams p;
-  p.key = dk.as();
-  p.value = dv.as();
-  p.key_stride_token = p.value_stride_token = int64_t(hkv) * d;
-  p.key_stride_head = p.value_stride_head = d;
-  p.slot_mapping = dmap.as<int64_t>();
-  p.num_tokens = n_tokens;
-  p.cache = {c_vllm.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())};
+  auto p = tq::cuda::StoreParams::contiguous(dk.as(), dv.as(), dmap.as<int64_t>(), n_tokens, d,
+                                             {c_vllm.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())});
   tq::cuda::store_kv(kf, p);
   p.cache = {c_planes.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes()), tq::cuda::CacheLayout::planes};
   tq::cuda::store_kv(kf, p);
@@ -250,14 +239,8 @@ TEST_CASE("store: vLLM reference slots, up to the documented ties", "[store][vll
     for (int t = 0; t < T; ++t) mapping[size_t(t)] = t;
     dmap.upload(mapping);
     cache.fill(kPoison);
-    tq::cuda::StoreParams p;
-    p.key = dk.as();
-    p.value = dv.as();
-    p.key_stride_token = p.value_stride_token = int64_t(H) * d;
-    p.key_stride_head = p.value_stride_head = d;
-    p.slot_mapping = dmap.as<int64_t>();
-    p.num_tokens = T;
-    p.cache = {cache.as<uint8_t>(), 1, 16, H, int(f.slot_bytes())};
+    const auto p = tq::cuda::StoreParams::contiguous(dk.as(), dv.as(), dmap.as<int64_t>(), T, d,
+                                                     {cache.as<uint8_t>(), 1, 16, H, int(f.slot_bytes())});
     tq::cuda::store_kv(kf, p);
     device_sync();
     const auto got = cache.download<uint8_t>(cache.size());

@@ -28,6 +28,20 @@ struct StoreParams {
   const int64_t* slot_mapping = nullptr;
   int num_tokens = 0;
   PagedCache cache;
+
+  // Contiguous key/value fp16 [num_tokens, cache.n_kv_heads, head_dim].
+  static StoreParams contiguous(const void* key, const void* value, const int64_t* slot_mapping, int num_tokens,
+                                int head_dim, const PagedCache& cache) {
+    StoreParams p;
+    p.key = key;
+    p.value = value;
+    p.key_stride_token = p.value_stride_token = int64_t(cache.n_kv_heads) * head_dim;
+    p.key_stride_head = p.value_stride_head = head_dim;
+    p.slot_mapping = slot_mapping;
+    p.num_tokens = num_tokens;
+    p.cache = cache;
+    return p;
+  }
 };
 
 // Empty when store_kv can run these arguments, else the reason.
