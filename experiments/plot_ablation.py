@@ -18,6 +18,14 @@ def main(out_dir):
     with open(os.path.join(out_dir, "summary.json")) as f:
         s = json.load(f)
     written = []
+
+    def save(fig, name, title=None):
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, name), dpi=120)
+        plt.close(fig)
+        written.append(name)
     dumps = [d["name"] for d in s["dumps"]]
 
     # 1. Error vs bits per value (every registered preset with nonzero error, each dump).
@@ -38,11 +46,7 @@ def main(out_dir):
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("Quality vs memory: registered formats (labels: first dump)")
-    fig.tight_layout()
-    written.append("error_vs_bits.png")
-    fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
-    plt.close(fig)
+    save(fig, "error_vs_bits.png", "Quality vs memory: registered formats (labels: first dump)")
 
     # 2. Per-layer curves of the output error (presets study).
     for dump in dumps:
@@ -63,10 +67,7 @@ def main(out_dir):
         ax.set_title(f"{dump}: per-layer error")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=3)
-        fig.tight_layout()
-        written.append(f"per_layer_{dump}.png")
-        fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
-        plt.close(fig)
+        save(fig, f"per_layer_{dump}.png")
 
     # 3. QJL vs MSE at equal bits: bias, variance, and what survives the softmax.
     qjl = [f for f in s["formats"] if f["study"] == "qjl"]
@@ -90,11 +91,7 @@ def main(out_dir):
             else:
                 ax.set_yscale("log")
             ax.grid(alpha=0.3, axis="y")
-        fig.suptitle("QJL (prod<b>, red) vs MSE (mse<b>, blue) on keys at equal bits")
-        fig.tight_layout()
-        written.append("qjl_vs_mse.png")
-        fig.savefig(os.path.join(out_dir, written[-1]), dpi=120)
-        plt.close(fig)
+        save(fig, "qjl_vs_mse.png", "QJL (prod<b>, red) vs MSE (mse<b>, blue) on keys at equal bits")
 
     for w in written:
         print(w)
