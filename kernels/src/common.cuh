@@ -42,6 +42,35 @@ __device__ __forceinline__ void cp_async_wait_dyn(int pending) {
   }
 }
 
+// ---- bulk copies (TMA engine, sm_90) completing on an mbarrier ---------------
+// One thread copies a whole contiguous run (16-byte aligned, a multiple of 16
+// bytes) global → shared; the barrier's transaction count tracks the bytes.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes barrier initialisation visible to the async proxy (before the first copy).
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the phase with the given parity (0 / 1) has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred P;\n TQ_MBAR_WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n"
+      " @!P bra TQ_MBAR_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // ---- tensor cores -----------------------------------------------------------
 // D(16x8, f32) += A(16x16, f16, row) · B(16x8, f16, col). Fragments (lane l,
 // r = l/4, p = l%4): a = {(r, 2p..2p+1), (r+8, 2p..), (r, 2p+8..), (r+8, 2p+8..)};

@@ -145,11 +145,14 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
 
 struct DecodePlan;
 struct DecodeParams;
-// Heads per CTA, warps per head, ring depth and shared memory of a plan.
-void plan_layout(int n_kv_heads, int token_head_bytes, int fixed_dyn, int static_smem, int smem_optin,
-                 DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads);
+// Heads per CTA, warps per head, ring depth and shared memory of a plan: a stage
+// holds warps_per_head sub-tiles of sub_tokens tokens × heads_per_cta heads; two
+// CTAs per SM need ≥ two_cta_min_stages stages, else one CTA takes the deepest ring.
+void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
+                 int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
+                 int two_cta_min_stages);
 // Split count (fixed or auto), parts and workspace size of a plan.
-void finish_plan(const DecodeParams& p, int head_dim, int sm_count, DecodePlan& plan);
+void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan);
 int decode_device_sms();
 int decode_device_smem_optin();
 
