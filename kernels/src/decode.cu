@@ -18,17 +18,19 @@
 //
 // Per warp and 32-token sub-tile (two 16-token halves, interleaved so their MMA
 // chains overlap), G = query heads per kv head:
-//   keys   : lane (r, p) feeds tokens r, r+8 and owns head dims [p·D/4, (p+1)·D/4):
-//            in k-step ks it supplies dims p·D/4 + 4ks + {0,1} (A cols 2p, 2p+1) and
-//            + {2,3} (cols 2p+8, 2p+9), i.e. one 2-byte word of 4-bit indices, whose
-//            two bytes map through a 256-entry LUT of half2(α·c[lo], α·c[hi]) (PRMT
-//            + LEA + one conflict-free 4-byte load from the lane's own copy). α
+//   keys   : lane (r, p) feeds tokens r, r+8; per pair of k-steps it loads the 4
+//            index bytes of dims 32ps + 8p … +7 (two 2-byte loads: slots are only
+//            2-byte aligned; neighbouring lanes read neighbouring words, conflict
+//            free) and maps each byte — two 4-bit indices — through a 256-entry LUT
+//            of half2(α·c[lo], α·c[hi]) (PRMT + LEA + one 4-byte load from the lane's
+//            own copy, conflict-free) straight into the MMA operand register. α
 //            (KernelFormat::lut_scale) makes α·c nearly exact in fp16 (7.4e-5).
 //            The query fragments use the same dim order (built once).
-//   nc norm: Σ(α·c)² of each token on the tensor cores: per k-step two m16n8k16
+//   nc norm: Σ(α·c)² of each token on the tensor cores: per k-step four m16n8k8
 //            MMAs whose B operand is the tile's own key registers (tokens 0–7 /
 //            8–15 as columns); the diagonal is each token's sum of squares of the
-//            same fp16 centroids the scores use.
+//            same fp16 centroids the scores use. (Two m16n8k16 need B = {a0, a2},
+//            not a register pair: 4 extra moves per k-step, run 13a.)
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
 //            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed"): hi in
 //            MMA columns 0–3, lo in columns 4–7 of one MMA, summed by one shuffle
@@ -77,8 +79,7 @@ struct QCfg {
   static constexpr int kLutEntries = kMse ? 1 << (2 * C::kKeyBits) : 0;
   static constexpr int kLutCopies = 32;                           // one per lane: conflict-free
   static constexpr int kLutBytes = kLutEntries * kLutCopies * 4;  // half2 pair × 32 copies (static smem)
-  static constexpr int kLaneKeyBytes = D * C::kKeyBits / 32;      // key bytes of the lane's D/4 dims
-  static constexpr int kKeyWords = (kLaneKeyBytes + 3) / 4;       // as 32-bit words (3-bit keys)
+  static constexpr int kPairSteps = D / 32;
   static constexpr int kVChunk = D * C::kValueBits / 64;          // value-code bytes of D/8 dims (one lane row)
 };
 
@@ -88,52 +89,52 @@ __device__ __forceinline__ float ld_f16(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
 }
 
-// The lane's key bytes of one token (row = its first byte), for the k-steps:
-// 4-bit: one 2-byte word per k-step, loaded at use (keys_frag); 3-bit: all
-// 3·D/32 bytes as 32-bit words (2-byte loads: rows are 2-byte aligned); fp8:
-// 4 bytes per k-step (fp8 slots are 4-byte aligned), loaded at use.
-template <class C>
-struct LaneKeys {
-  uint32_t w[QCfg<C>::kKeyWords];
-  __device__ __forceinline__ void load(const uint8_t* row) {
-    if constexpr (C::kKey == KeyKind::mse && C::kKeyBits == 3) {
-      constexpr int NB = QCfg<C>::kLaneKeyBytes;
-#pragma unroll
-      for (int i = 0; i < QCfg<C>::kKeyWords; ++i) {
-        const uint32_t lo = ld_u16(row + 4 * i);
-        const uint32_t hi = 4 * i + 2 < NB ? ld_u16(row + 4 * i + 2) : 0u;
-        w[i] = __byte_perm(lo, hi, 0x5410);
-      }
-    }
+// The 8 key codes of pair-step ps (two k-steps, 32 head dims) for quad lane p
+// (dims 32ps + 8p … +7) of one token row: 4-bit: two 16-bit words (w[0]: codes 0–3,
+// w[1]: codes 4–7; the plane layout's 16-byte aligned rows: one 4-byte load);
+// 3-bit: 24 bits in w[0]; fp8: two 32-bit words. Neighbouring lanes read
+// neighbouring words, so a warp's loads are bank-conflict free in the vLLM layout
+// (token rows 8·slot bytes apart); a lane owning a contiguous D/4-dim run instead
+// (run 13a) made them 4-way conflicted.
+template <class C, bool P>
+__device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uint32_t (&w)[2]) {
+  if constexpr (P && C::kKeyBits == 4) {
+    w[0] = w[1] = ld_u32(row + 16 * ps + 4 * p);
+  } else if constexpr (C::kKey == KeyKind::fp8) {
+    const uint8_t* q = row + 32 * ps + 8 * p;  // 4-byte aligned: fp8+u4 slots are 1.5·d + 4 bytes
+    w[0] = ld_u32(q);
+    w[1] = ld_u32(q + 4);
+  } else if constexpr (C::kKeyBits == 4) {
+    const uint8_t* q = row + 16 * ps + 4 * p;
+    w[0] = ld_u16(q);
+    w[1] = ld_u16(q + 2);
+  } else {
+    const int odd = p & 1;
+    const uint8_t* q = row + 12 * ps + 3 * p - odd;
+    w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
   }
-};
-
-// 6-bit field at bit b of a word array (compile-time b after unrolling).
-template <int N>
-__device__ __forceinline__ uint32_t field6(const uint32_t (&w)[N], int b) {
-  const int i = b >> 5, s = b & 31;
-  const uint32_t x = s <= 26 || i + 1 >= N ? w[i] >> s : __funnelshift_r(w[i], w[i + 1], s);
-  return x & 63u;
 }
 
-// A fragment halves of k-step ks for one token: lo = dims +0, +1 (cols 2p, 2p+1),
-// hi = dims +2, +3 (cols 2p+8, 2p+9).
-template <class C>
-__device__ __forceinline__ void key_frag(const uint8_t* row, const LaneKeys<C>& lk, int ks, uint32_t lut_lane,
-                                         uint32_t& lo, uint32_t& hi) {
+// A fragment halves of k-step 2ps + h2 for one token: lo = slots 2p, 2p+1, hi =
+// slots 2p+8, 2p+9 (dims 32ps + 8p + 4h2 + {0,1} and + {2,3}). mse: one 4-byte
+// LUT load per pair code (the lane's own copy: conflict-free) straight into the
+// MMA operand; 4-bit: the entry address is one PRMT (byte → zero-extended) and one LEA.
+template <class C, bool P>
+__device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& lo,
+                                         uint32_t& hi) {
   if constexpr (C::kKey == KeyKind::fp8) {
-    const uint32_t word = ld_u32(row + 4 * ks);
+    const uint32_t word = w[h2];
     const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word & 0xffffu), __NV_E4M3);
     const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word >> 16), __NV_E4M3);
     lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
   } else if constexpr (C::kKeyBits == 4) {
-    const uint32_t w = ld_u16(row + 2 * ks);  // entry address = lut_lane + byte·128 (PRMT + LEA)
-    lo = dev::lds_u32(lut_lane + (__byte_perm(w, 0u, 0x4440) << 7));
-    hi = dev::lds_u32(lut_lane + (__byte_perm(w, 0u, 0x4441) << 7));
+    const uint32_t sel = P ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;  // planes: both k-steps in one word
+    lo = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel) << 7));
+    hi = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel + 1u) << 7));
   } else {
-    lo = dev::lds_u32(lut_lane + (field6(lk.w, 12 * ks) << 7));
-    hi = dev::lds_u32(lut_lane + (field6(lk.w, 12 * ks + 6) << 7));
+    lo = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2)) & 63u) << 7));
+    hi = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2 + 6)) & 63u) << 7));
   }
 }
 
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
       const bool lo_col = PK && r >= 4;
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {
-        const int base = p * (D / 4) + 4 * ks;
+        const int base = 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {  // u = 0: dims +0, +1 (b0); u = 1: dims +2, +3 (b1)
           const float v0 = qbuf[base + 2 * u] * sc, v1 = qbuf[base + 2 * u + 1] * sc;
@@ -345,14 +346,14 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
   for (int i = 0; i < D / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   Softmax32 sm;
   float zs[2] = {0.f, 0.f}, ps[2] = {0.f, 0.f};  // Σ p·zero, Σ p·scale (per-lane partials)
+  int s = 0, sp = S - 1;            // stage of this iteration, of the previous one
+  uint32_t ph = 0u, php = 1u;        // their use parities
   for (int it = 0; it < rg.tiles; ++it) {
-    const int s = it % S;
     if (warp == 0 && it >= 1 && it - 1 + S < rg.tiles) {  // refill the stage read in iteration it − 1
-      const int sp = (it - 1) % S;
-      dev::mbar_wait(empty0 + 8u * sp, uint32_t(((it - 1) / S) & 1));
+      dev::mbar_wait(empty0 + 8u * sp, php);
       issue(it - 1 + S, sp);
     }
-    dev::mbar_wait(full0 + 8u * s, uint32_t((it / S) & 1));
+    dev::mbar_wait(full0 + 8u * s, ph);
     const int t0 = rg.begin + it * tile + kSub * ws;
     const int nvalid = min(rg.end - t0, kSub);
     if (nvalid > 0) {  // warp-uniform
@@ -362,26 +363,35 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
       float x[2][4];
       float sa[2][NQ][4] = {}, qa[2][4] = {}, qb[2][4] = {};
       const uint8_t* krow[2][2];
-      LaneKeys<C> lk[2][2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        krow[h][0] = sub + h * half_bytes + rm.key + r * rm.kst + p * Q::kLaneKeyBytes;
+        krow[h][0] = sub + h * half_bytes + rm.key + r * rm.kst;
         krow[h][1] = krow[h][0] + 8 * rm.kst;
-        lk[h][0].load(krow[h][0]);
-        lk[h][1].load(krow[h][1]);
       }
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
+      for (int ps = 0; ps < Q::kPairSteps; ++ps) {
+        uint32_t kw[2][2][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          uint32_t af[4];
-          key_frag<C>(krow[h][0], lk[h][0], ks, lut_lane, af[0], af[2]);
-          key_frag<C>(krow[h][1], lk[h][1], ks, lut_lane, af[1], af[3]);
-          dev::mma_16816(sa[h][0], af, qf[0][ks][0], qf[0][ks][1]);
-          if constexpr (!PK) dev::mma_16816(sa[h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
-          if constexpr (Q::kMse) {
-            dev::mma_16816(qa[h], af, af[0], af[2]);  // columns: tokens 0–7
-            dev::mma_16816(qb[h], af, af[1], af[3]);  // columns: tokens 8–15
+          key_words<C, P>(krow[h][0], ps, p, kw[h][0]);
+          key_words<C, P>(krow[h][1], ps, p, kw[h][1]);
+        }
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int ks = 2 * ps + h2;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            uint32_t af[4];
+            key_frag<C, P>(kw[h][0], h2, lut_lane, af[0], af[2]);
+            key_frag<C, P>(kw[h][1], h2, lut_lane, af[1], af[3]);
+            dev::mma_16816(sa[h][0], af, qf[0][ks][0], qf[0][ks][1]);
+            if constexpr (!PK) dev::mma_16816(sa[h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
+            if constexpr (Q::kMse) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
+              dev::mma_1688(qa[h], af[0], af[1], af[0]);  // columns: tokens 0–7
+              dev::mma_1688(qb[h], af[0], af[1], af[1]);  // columns: tokens 8–15
+              dev::mma_1688(qa[h], af[2], af[3], af[2]);
+              dev::mma_1688(qb[h], af[2], af[3], af[3]);
+            }
           }
         }
       }
@@ -526,6 +536,12 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     }
     __syncwarp();
     if (lane == 0) dev::mbar_arrive(empty0 + 8u * s);
+    sp = s;
+    php = ph;
+    if (++s == S) {
+      s = 0;
+      ph ^= 1u;
+    }
   }
 
   // ---- write this warp's part: O = (Σ c·P' (scaled back) + Σ p·zero) / Σ p ----
