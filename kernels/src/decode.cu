@@ -59,9 +59,15 @@ namespace tq::cuda {
 
 namespace {
 
-constexpr int kMaxThreads = 256;
 constexpr int kSub = 32;       // tokens per warp sub-tile
 constexpr int kMaxStages = 4;
+
+// Wide-LUT kernels (QCfg::kWide): the LUT sits at shared address kLutAddr (64 KB
+// aligned, so an entry address is one PRMT of the code byte with kLutAddr | 4·lane),
+// ring pieces below it from the dynamic base and from kRingHi up. The dynamic base
+// (after the 1 KB system reserve and this kernel's static shared memory) is assumed
+// in [kBaseMin, kBaseMax]; the kernel checks it.
+constexpr uint32_t kLutAddr = 0x10000u, kRingHi = 0x20000u, kBaseMin = 0x400u, kBaseMax = 0x800u;
 
 struct DecodeTables {
   float centroids[16];
@@ -78,7 +84,15 @@ struct QCfg {
   static constexpr bool kMse = C::kKey == KeyKind::mse;
   static constexpr int kLutEntries = kMse ? 1 << (2 * C::kKeyBits) : 0;
   static constexpr int kLutCopies = 32;                           // one per lane: conflict-free
-  static constexpr int kLutBytes = kLutEntries * kLutCopies * 4;  // half2 pair × 32 copies (static smem)
+  // d ≤ 128 ("wide LUT"): one 16-warp CTA per SM shares a LUT of 256-byte rows in
+  // dynamic shared memory, so an entry address is (code << 8) | 4·lane: one PRMT
+  // (4-bit) or SHF + LOP3 (3-bit), the LUT base being the load's immediate offset.
+  // Half of each row is unused (64 KB for 4-bit keys). d = 256: 128-byte rows in
+  // static shared memory, two 8-warp CTAs… (registers: one), address = LEA.
+  static constexpr bool kWide = kMse && D <= 128;
+  static constexpr int kLutRow = kWide ? 256 : 128;
+  static constexpr int kLutBytes = kLutEntries * kLutRow;
+  static constexpr int kCtaWarps = kWide ? 16 : 8;
   static constexpr int kPairSteps = D / 32;
   static constexpr int kVChunk = D * C::kValueBits / 64;          // value-code bytes of D/8 dims (one lane row)
 };
@@ -128,6 +142,17 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word >> 16), __NV_E4M3);
     lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
+  } else if constexpr (QCfg<C>::kWide && C::kKeyBits == 4) {
+    // lut_lane = 4·lane: PRMT puts the code byte in byte 1 and 4·lane in byte 0
+    const uint32_t sel = P ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;  // planes: both k-steps in one word
+    lo = dev::lds_u32(__byte_perm(w[P ? 0 : h2], lut_lane, sel));
+    hi = dev::lds_u32(__byte_perm(w[P ? 0 : h2], lut_lane, sel + 0x10u));
+  } else if constexpr (QCfg<C>::kWide) {  // 6-bit pair code at bit b → bits 8–13
+    const int b0 = 12 * h2, b1 = b0 + 6;
+    const uint32_t x0 = b0 <= 8 ? w[0] << (8 - b0) : w[0] >> (b0 - 8);
+    const uint32_t x1 = b1 <= 8 ? w[0] << (8 - b1) : w[0] >> (b1 - 8);
+    lo = dev::lds_u32((x0 & 0x3f00u) | lut_lane);
+    hi = dev::lds_u32((x1 & 0x3f00u) | lut_lane);
   } else if constexpr (C::kKeyBits == 4) {
     const uint32_t sel = P ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;  // planes: both k-steps in one word
     lo = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel) << 7));
@@ -197,7 +222,8 @@ struct Softmax32 {
 
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 template <class C, bool P, bool PK>
-__global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kernel(DecodeArgs a, DecodeTables t,
+__global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::kD >= 256 ? 1 : 2)
+    decode_kernel(DecodeArgs a, DecodeTables t,
                                                                                    const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
   static_assert(!P || (Q::kMse && C::kValueBits == 4 && Q::kSlot == C::kIdxBytes + C::kValueCodeBytes + 6),
@@ -205,7 +231,8 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
   constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps;
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ __align__(16) uint32_t lut[Q::kMse ? Q::kLutEntries * Q::kLutCopies : 2];
+  __shared__ __align__(16) uint32_t lut_static[Q::kMse && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
+  uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int hpc = a.hpc, wph = a.wph;
@@ -217,13 +244,22 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
   const int S = a.stages;
   const dev::Range rg = dev::split_range(a.seq_lens[b], split, a.num_splits, tile);
 
-  uint8_t* ring = smem;
-  float* qbuf = reinterpret_cast<float*>(smem + S * a.stage_bytes) + warp * D;
+  const uint32_t dyn_base = dev::smem_u32(smem);
+  const int half_bytes = 16 * hpc * SLOT;
+  // shared address of ring piece k = 2·(s·wph + w) + h (stage s, sub-tile w, half h)
+  auto piece = [&](int k) -> uint32_t {
+    return k < a.ring_split ? dyn_base + uint32_t(k * half_bytes) : a.ring_hi + uint32_t((k - a.ring_split) * half_bytes);
+  };
+  const uint32_t qaddr = a.qbuf_addr ? a.qbuf_addr : dyn_base + uint32_t(S * a.stage_bytes);
+  float* qbuf = reinterpret_cast<float*>(smem + (qaddr - dyn_base)) + warp * D;
   const uint32_t full0 = dev::smem_u32(bars), empty0 = full0 + 8u * kMaxStages;
-  const uint32_t ring_u32 = dev::smem_u32(ring);
+  if constexpr (Q::kWide) {  // the layout the host planned must hold for this base
+    uint32_t dyn_size;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_size));
+    if (dyn_base < kBaseMin || dyn_base > kBaseMax || qaddr + uint32_t(nwarps * D * 4) > dyn_base + dyn_size) __trap();
+  }
 
   // ---- producer (warp 0): the copies of stage `s` for CTA tile j ----
-  const int half_bytes = 16 * hpc * SLOT;
   const bool contig = hpc == a.n_kv_heads;
   constexpr int kPlaneRuns = 3;
   const int runs = P ? kPlaneRuns : contig ? 1 : 16;  // copies per 16-token half
@@ -241,7 +277,7 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
       const int tj = t_first + 16 * hx;
       const int64_t page = btab[tj >> a.log2_block_size];
       const uint8_t* g = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes;
-      const uint32_t dst = ring_u32 + uint32_t(s * a.stage_bytes + hx * half_bytes);
+      const uint32_t dst = piece(2 * s * wph + hx);
       if constexpr (P) {  // plane runs of heads h0 … h0+hpc−1 (k: indices, codes, meta)
         constexpr int IB = C::kIdxBytes, VB = C::kValueCodeBytes;
         const int h0 = hg * hpc, nkv = a.n_kv_heads;
@@ -281,7 +317,7 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     constexpr int KB = C::kKeyBits;
     for (int i = tid; i < Q::kLutEntries * Q::kLutCopies; i += nthreads) {
       const int e = i >> 5;
-      lut[i] = dev::pack_half2(s_cen[e & ((1 << KB) - 1)], s_cen[e >> KB]);
+      lut[e * (Q::kLutRow / 4) + (i & 31)] = dev::pack_half2(s_cen[e & ((1 << KB) - 1)], s_cen[e >> KB]);
     }
   }
   // qf[0]: hi (PK: hi in columns 0–3, lo in 4–7); qf[1]: lo (G > 4)
@@ -333,11 +369,11 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
   // score → log2-domain logit: · norm16 · (nc ? 1/sqrt(Σ(αc)²) : 1/α) · attn_scale · log2 e
   const float raw_scale = Q::kMse && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
   const float nc_eps = 1e-16f * t.lut_scale * t.lut_scale;
-  const uint32_t lut_lane = dev::smem_u32(lut) + 4u * uint32_t(lane);
+  // wide: kLutAddr | 4·lane (the PRMT/LOP3 operand giving the entry address); else the lane's copy
+  const uint32_t lut_lane = (Q::kWide ? kLutAddr : dev::smem_u32(lut)) + 4u * uint32_t(lane);
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
   const RowMap rm = row_map<C, P>(hl, hpc);
-  const int sub_off = ws * 2 * half_bytes;
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
@@ -357,7 +393,8 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
     const int t0 = rg.begin + it * tile + kSub * ws;
     const int nvalid = min(rg.end - t0, kSub);
     if (nvalid > 0) {  // warp-uniform
-      const uint8_t* sub = ring + s * a.stage_bytes + sub_off;
+      const uint8_t* hb[2] = {smem + (piece(2 * (s * wph + ws)) - dyn_base),
+                              smem + (piece(2 * (s * wph + ws) + 1) - dyn_base)};  // the two halves
 
       // ---- scores of both halves ----
       float x[2][4];
@@ -365,20 +402,20 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
       const uint8_t* krow[2][2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        krow[h][0] = sub + h * half_bytes + rm.key + r * rm.kst;
+        krow[h][0] = hb[h] + rm.key + r * rm.kst;
         krow[h][1] = krow[h][0] + 8 * rm.kst;
       }
 #pragma unroll
-      for (int ps = 0; ps < Q::kPairSteps; ++ps) {
+      for (int kp = 0; kp < Q::kPairSteps; ++kp) {
         uint32_t kw[2][2][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          key_words<C, P>(krow[h][0], ps, p, kw[h][0]);
-          key_words<C, P>(krow[h][1], ps, p, kw[h][1]);
+          key_words<C, P>(krow[h][0], kp, p, kw[h][0]);
+          key_words<C, P>(krow[h][1], kp, p, kw[h][1]);
         }
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) {
-          const int ks = 2 * ps + h2;
+          const int ks = 2 * kp + h2;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint32_t af[4];
@@ -404,7 +441,7 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
           if constexpr (PK) sc4[i] += __shfl_xor_sync(dev::kFull, sc4[i], 2);  // hi + lo columns
         }
         float fr = raw_scale, fr8 = raw_scale;
-        const uint8_t* n0 = sub + h * half_bytes + rm.norm + r * rm.mst;
+        const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
         if constexpr (Q::kMse) {
           fr *= ld_f16(n0);
           fr8 *= ld_f16(n0 + 8 * rm.mst);
@@ -433,7 +470,7 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* f0 = sub + h * half_bytes + rm.scz + r * rm.mst;
+        const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
         const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
         const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
         const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
@@ -476,7 +513,7 @@ __global__ void __launch_bounds__(kMaxThreads, C::kD >= 256 ? 1 : 2) decode_kern
       const uint8_t* vp[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        vp[h][0] = sub + h * half_bytes + rm.code + 2 * p * rm.cst + r * Q::kVChunk;
+        vp[h][0] = hb[h] + rm.code + 2 * p * rm.cst + r * Q::kVChunk;
         vp[h][1] = vp[h][0] + rm.cst;
         vp[h][2] = vp[h][0] + 8 * rm.cst;
         vp[h][3] = vp[h][2] + rm.cst;
@@ -668,13 +705,13 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
 // per head, then to fewer heads per CTA (a divisor of n_kv_heads).
 void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
-                 int two_cta_min_stages) {
+                 int two_cta_min_stages, int cta_warps) {
   constexpr int kSmemPerSm = 228 * 1024, kReserved = 1024;  // H200: 228 KB per SM, 227 KB per block
   const int h0 = n_kv_heads <= 8 ? n_kv_heads : 8;
   stages = 0;
   for (int hpc = h0; hpc >= 1 && !stages; --hpc) {
     if (n_kv_heads % hpc || (hpc != h0 && !flexible_heads)) continue;
-    for (int wph = std::max(1, 8 / hpc); wph >= 1 && !stages; wph = flexible_heads ? wph / 2 : 0) {
+    for (int wph = std::max(1, cta_warps / hpc); wph >= 1 && !stages; wph = flexible_heads ? wph / 2 : 0) {
       const int sb = wph * sub_tokens * hpc * token_head_bytes;
       // Prefer 2 CTAs per SM with ≥ 3 stages (latency hiding across CTAs), else
       // the deepest ring (≥ 3, then 2) one CTA can hold.
@@ -713,6 +750,29 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   }
 }
 
+// The dynamic shared-memory layout of a quantized-decode plan with `stages` stages.
+struct RingLayout {
+  int split = 1 << 30;  // pieces below ring_hi
+  uint32_t hi = 0, qbuf = 0;
+  int dyn_bytes = 0;
+};
+template <class C>
+RingLayout ring_layout(int hpc, int wph, int stages) {
+  using Q = QCfg<C>;
+  const int half = 16 * hpc * Q::kSlot, pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
+  RingLayout r;
+  if constexpr (Q::kWide) {  // [pieces … | LUT at kLutAddr | pieces … | q buffers]
+    r.split = int((kLutAddr - kBaseMax) / uint32_t(half));
+    const int above = std::max(0, pieces - r.split);
+    r.hi = kRingHi;
+    r.qbuf = kRingHi + uint32_t(above * half);
+    r.dyn_bytes = int(r.qbuf + uint32_t(qbytes) - kBaseMin);
+  } else {
+    r.dyn_bytes = pieces * half + qbytes;
+  }
+  return r;
+}
+
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
   const std::string why = decode_can_implement(f, cache, p);
   if (!why.empty()) throw_error(why.c_str());
@@ -722,8 +782,19 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     using C = decltype(cfg);
     using Q = QCfg<C>;
     int stage_bytes = 0, stages = 0;
-    plan_layout(cache.n_kv_heads, kSub, Q::kSlot, 8 * Q::D * 4, Q::kLutBytes + 8 * 2 * kMaxStages + 64,
-                decode_device_smem_optin(), plan, stage_bytes, stages, false, 2);
+    // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
+    // LUT (not wide), barriers, centroids
+    const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
+    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + 8 * 2 * kMaxStages + 64;
+    plan_layout(cache.n_kv_heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
+                stage_bytes, stages, false, 2, Q::kCtaWarps);
+    if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
+      const int optin = decode_device_smem_optin();
+      for (stages = kMaxStages; stages >= 2; --stages)
+        if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes + static_smem <= optin) break;
+      if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
+      plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes;
+    }
     with_kernel<C>(cache.layout == CacheLayout::planes, p.n_q_heads / cache.n_kv_heads, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       int occ = 0;
@@ -752,8 +823,14 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using Q = QCfg<C>;
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     a.stage_bytes = plan.warps_per_head * kSub * plan.heads_per_cta * Q::kSlot;
-    a.stages = (plan.smem_bytes - 8 * Q::D * 4) / a.stage_bytes;
-    if (a.stages < 2 || a.stages > 4) throw_error("paged_decode: plan does not match this format (use plan_decode)");
+    a.stages = 0;
+    for (int st = 2; st <= kMaxStages; ++st)
+      if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, st).dyn_bytes == plan.smem_bytes) a.stages = st;
+    if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");
+    const RingLayout rl = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, a.stages);
+    a.ring_split = rl.split;
+    a.ring_hi = rl.hi;
+    a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
     with_kernel<C>(cache.layout == CacheLayout::planes, a.group, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));

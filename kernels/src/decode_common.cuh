@@ -35,7 +35,12 @@ struct DecodeArgs {
   const int32_t* seq_lens;
   int block_size, log2_block_size, n_kv_heads, n_q_heads, group;
   int hpc, wph, num_splits, parts, stages;
-  int stage_bytes;  // WPH · 16 · HPC · (bytes of one token-head)
+  int stage_bytes;  // WPH · sub-tile tokens · HPC · (bytes of one token-head)
+  // quantized decode: ring pieces (16-token halves) 0 … ring_split−1 from the dynamic
+  // shared-memory base, the rest from shared address ring_hi; q buffers at qbuf_addr
+  // (0: right after the ring)
+  int ring_split;
+  uint32_t ring_hi, qbuf_addr;
   float scale_log2;  // attn_scale · log2(e)
 };
 
@@ -146,11 +151,12 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
 struct DecodePlan;
 struct DecodeParams;
 // Heads per CTA, warps per head, ring depth and shared memory of a plan: a stage
-// holds warps_per_head sub-tiles of sub_tokens tokens × heads_per_cta heads; two
-// CTAs per SM need ≥ two_cta_min_stages stages, else one CTA takes the deepest ring.
+// holds warps_per_head sub-tiles of sub_tokens tokens × heads_per_cta heads
+// (heads_per_cta · warps_per_head ≤ cta_warps); two CTAs per SM need
+// ≥ two_cta_min_stages stages, else one CTA takes the deepest ring.
 void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
-                 int two_cta_min_stages);
+                 int two_cta_min_stages, int cta_warps);
 // Split count (fixed or auto), parts and workspace size of a plan.
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan);
 int decode_device_sms();

@@ -187,7 +187,7 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, in
   dispatch_f16(cache.head_dim, [&](auto dc) {
     constexpr int D = decltype(dc)::value;
     int stage_bytes = 0, stages = 0;
-    plan_layout(cache.n_kv_heads, 16, 4 * D, 0, 0, decode_device_smem_optin(), plan, stage_bytes, stages, true, 3);
+    plan_layout(cache.n_kv_heads, 16, 4 * D, 0, 0, decode_device_smem_optin(), plan, stage_bytes, stages, true, 3, 8);
     TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
     int occ = 0;
     TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D>, plan.threads, plan.smem_bytes));
