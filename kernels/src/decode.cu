@@ -218,6 +218,23 @@ struct Softmax32 {
       l[c] = l[c] * alpha[c] + ((x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]));
     }
   }
+  // Packed kernels: the lane holds one half (tokens r, r+8); lane p ^ 2 the other.
+  __device__ __forceinline__ void update_half(float (&x)[4], float (&alpha)[2]) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float mx = fmaxf(x[c], x[c + 2]);
+      mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 2));
+      mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 16));
+      const float mn = fmaxf(m[c], mx);
+      alpha[c] = dev::ex2_fast(m[c] - mn);
+      m[c] = mn;
+      x[c] = dev::ex2_fast(x[c] - mn);
+      x[c + 2] = dev::ex2_fast(x[c + 2] - mn);
+      l[c] = l[c] * alpha[c] + (x[c] + x[c + 2]);
+    }
+  }
 };
 
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
@@ -397,7 +414,6 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
                               smem + (piece(2 * (s * wph + ws) + 1) - dyn_base)};  // the two halves
 
       // ---- scores of both halves ----
-      float x[2][4];
       float sa[2][NQ][4] = {}, qa[2][4] = {}, qb[2][4] = {};
       const uint8_t* krow[2][2];
 #pragma unroll
@@ -432,68 +448,120 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           }
         }
       }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float sc4[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sc4[i] = PK ? sa[h][0][i] : sa[h][0][i] + sa[h][NQ - 1][i];
-          if constexpr (PK) sc4[i] += __shfl_xor_sync(dev::kFull, sc4[i], 2);  // hi + lo columns
-        }
+      uint32_t pb[2][NQ][2];  // P' fragments [half][hi/lo set][b0/b1]
+      float alpha[2];
+      if constexpr (PK) {
+        // Lanes p < 2 finish half 0, lanes p ≥ 2 half 1 (same query heads 2(p&1), 2(p&1)+1):
+        // each sends the partner the partial scores of the partner's half (hi + lo columns)
+        // and the per-token softmax / scale work is done once per token, not twice.
+        const int mh = hi_lane ? 0 : 1;
+        float x4[4];
+        const uint8_t* mb = hi_lane ? hb[0] : hb[1];
         float fr = raw_scale, fr8 = raw_scale;
-        const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
         if constexpr (Q::kMse) {
+          const uint8_t* n0 = mb + rm.norm + r * rm.mst;
           fr *= ld_f16(n0);
           fr8 *= ld_f16(n0 + 8 * rm.mst);
-          if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
-            const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
-            const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
-            fr *= dev::rsqrt_fast(sq0 + nc_eps);
-            fr8 *= dev::rsqrt_fast(sq1 + nc_eps);
+          if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
+            const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
+            const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], diag_src);
+            const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], diag_src);
+            const float q9 = __shfl_sync(dev::kFull, (r & 1) ? qb[1][3] : qb[1][2], diag_src);
+            fr *= dev::rsqrt_fast((hi_lane ? q0 : q1) + nc_eps);
+            fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + nc_eps);
           }
         }
-        const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
-        x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
-        x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
-        x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
-        x[h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
-      }
-      float alpha[2];
-      sm.update(x, alpha);
-
-      // ---- P' = p·scale fragments (hi + lo) and Σ p·zero ----
-      uint32_t pb[2][NQ][2];  // [half][hi/lo set][b0/b1]
+        const bool v0 = 16 * mh + r < nvalid, v1 = 16 * mh + r + 8 < nvalid;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        zs[c] *= alpha[c];
-        if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
-        const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
-        const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
-        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
-        const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
+        for (int i = 0; i < 4; ++i) {
+          const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[1][0][i] : sa[0][0][i], 2);
+          x4[i] = (hi_lane ? sa[0][0][i] : sa[1][0][i]) + other;
+        }
+        x4[0] = v0 ? x4[0] * fr : -INFINITY;
+        x4[1] = v0 ? x4[1] * fr : -INFINITY;
+        x4[2] = v1 ? x4[2] * fr8 : -INFINITY;
+        x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
+        sm.update_half(x4, alpha);
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
+          zs[c] *= alpha[c];
+          if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+        }
+        const uint8_t* f0 = mb + rm.scz + r * rm.mst;
+        const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
+        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+        const float pv[4] = {x4[0] * sc0, x4[1] * sc0, x4[2] * sc1, x4[3] * sc1};
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          zs[c] = fmaf(x4[c], z0, fmaf(x4[c + 2], z1, zs[c]));
           if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
         }
-        const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
-        const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-        const uint32_t h01 = *reinterpret_cast<const uint32_t*>(&ph01);
-        const uint32_t h23 = *reinterpret_cast<const uint32_t*>(&ph23);
-        const uint32_t l01 = dev::pack_half2(pv[0] - pf01.x, pv[1] - pf01.y);
-        const uint32_t l23 = dev::pack_half2(pv[2] - pf23.x, pv[3] - pf23.y);
-        if constexpr (PK) {
-          pb[h][0][0] = dev::movmatrix_trans(hi_lane ? h01 : l01);
-          pb[h][0][1] = dev::movmatrix_trans(hi_lane ? h23 : l23);
-        } else {
-          pb[h][0][0] = dev::movmatrix_trans(h01);
-          pb[h][0][1] = dev::movmatrix_trans(h23);
-          pb[h][NQ - 1][0] = dev::movmatrix_trans(l01);
-          pb[h][NQ - 1][1] = dev::movmatrix_trans(l23);
+        // P' matrix of half h: columns 0–3 fp16(P') (lanes p < 2), 4–7 P' − fp16(P') (lanes p ≥ 2).
+        // own: this lane's half, oth: the partner's half (its P' values)
+        const float kl = hi_lane ? 0.f : 1.f;
+        auto part = [&](float u, float w) {
+          const __half2 hh = __floats2half2_rn(u, w);
+          const float2 f = __half22float2(hh);
+          return dev::pack_half2(fmaf(-kl, f.x, u), fmaf(-kl, f.y, w));
+        };
+        float po[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) po[i] = __shfl_xor_sync(dev::kFull, pv[i], 2);
+        const uint32_t own01 = part(pv[0], pv[1]), own23 = part(pv[2], pv[3]);
+        const uint32_t oth01 = part(po[0], po[1]), oth23 = part(po[2], po[3]);
+        pb[0][0][0] = dev::movmatrix_trans(hi_lane ? own01 : oth01);
+        pb[0][0][1] = dev::movmatrix_trans(hi_lane ? own23 : oth23);
+        pb[1][0][0] = dev::movmatrix_trans(hi_lane ? oth01 : own01);
+        pb[1][0][1] = dev::movmatrix_trans(hi_lane ? oth23 : own23);
+      } else {
+        float x[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float sc4[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sc4[i] = sa[h][0][i] + sa[h][NQ - 1][i];
+          float fr = raw_scale, fr8 = raw_scale;
+          const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
+          if constexpr (Q::kMse) {
+            fr *= ld_f16(n0);
+            fr8 *= ld_f16(n0 + 8 * rm.mst);
+            if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+              const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
+              const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
+              fr *= dev::rsqrt_fast(sq0 + nc_eps);
+              fr8 *= dev::rsqrt_fast(sq1 + nc_eps);
+            }
+          }
+          const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
+          x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
+          x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
+          x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
+          x[h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
+        }
+        sm.update(x, alpha);
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          zs[c] *= alpha[c];
+          if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
+          const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
+          const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
+          const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+          const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
+            if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
+          }
+          const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
+          const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
+          pb[h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
+          pb[h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+          pb[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pv[0] - pf01.x, pv[1] - pf01.y));
+          pb[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pv[2] - pf23.x, pv[3] - pf23.y));
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' ----
@@ -591,9 +659,14 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   const int part = split * wph + ws;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    const float l = dev::sum_over_token_lanes(sm.l[c]);
-    const float z = dev::sum_over_token_lanes(zs[c]);
-    const float pp = C::kValueBits == 4 ? 0.f : dev::sum_over_token_lanes(ps[c]);
+    // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
+    auto total = [&](float v) {
+      if constexpr (PK) v += __shfl_xor_sync(dev::kFull, v, 2);
+      return dev::sum_over_token_lanes(v);
+    };
+    const float l = total(sm.l[c]);
+    const float z = total(zs[c]);
+    const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
     const int g = 2 * p + c;
     if (g >= a.group || (PK && !hi_lane)) continue;
     const int qh_idx = kvh * a.group + g;
