@@ -125,7 +125,10 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
   } else {
     const int odd = p & 1;
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
-    w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
+    if constexpr (QCfg<C>::kWide)  // the 24 bits shifted left by 8: [0, b0, b1, b2] (one PRMT)
+      w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), odd ? 0x5412u : 0x4102u);
+    else
+      w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
   }
 }
 
@@ -147,10 +150,10 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const uint32_t sel = P ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;  // planes: both k-steps in one word
     lo = dev::lds_u32(__byte_perm(w[P ? 0 : h2], lut_lane, sel));
     hi = dev::lds_u32(__byte_perm(w[P ? 0 : h2], lut_lane, sel + 0x10u));
-  } else if constexpr (QCfg<C>::kWide) {  // 6-bit pair code at bit b → bits 8–13
+  } else if constexpr (QCfg<C>::kWide) {  // 6-bit pair code at bit 8 + b of w[0] → bits 8–13
     const int b0 = 12 * h2, b1 = b0 + 6;
-    const uint32_t x0 = b0 <= 8 ? w[0] << (8 - b0) : w[0] >> (b0 - 8);
-    const uint32_t x1 = b1 <= 8 ? w[0] << (8 - b1) : w[0] >> (b1 - 8);
+    const uint32_t x0 = b0 ? w[0] >> b0 : w[0];
+    const uint32_t x1 = w[0] >> b1;
     lo = dev::lds_u32((x0 & 0x3f00u) | lut_lane);
     hi = dev::lds_u32((x1 & 0x3f00u) | lut_lane);
   } else if constexpr (C::kKeyBits == 4) {
@@ -565,7 +568,28 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' ----
+      // 4-bit values: the exact subnormal codes carry no bias, so the tensor cores
+      // accumulate straight into acc and the rescale runs only when a running max
+      // moved (α ≠ 1 somewhere in the warp: rare after the first tiles). 3-bit values
+      // (1 + c/16, whose Σ P' is subtracted at the end) keep the round-to-nearest fold.
+      constexpr bool kAccMma = C::kValueBits == 4;
+      if constexpr (kAccMma) {
+        if (__any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] *= alpha[j & 1];
+        }
+      }
       auto fold = [&](float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
+        if constexpr (kAccMma) {
+#pragma unroll
+          for (int n = 0; n < NQ; ++n) {
+            dev::mma_16816(ac, a0, pb[0][n][0], pb[0][n][1]);
+            dev::mma_16816(ac, a1, pb[1][n][0], pb[1][n][1]);
+          }
+          return;
+        }
         float tt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int n = 0; n < NQ; ++n) {
