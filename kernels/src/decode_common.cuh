@@ -4,12 +4,15 @@
 //
 // Work decomposition (both kernels): CTA (split, head group, sequence) with
 // heads_per_cta (HPC) kv heads × warps_per_head (WPH) warps. One pipeline stage
-// holds WPH sub-tiles of 16 consecutive tokens × HPC heads; warp (h, w) owns
-// head h of sub-tile w in every stage and keeps its own softmax state; its
-// result is one "part" (split·WPH + w) of the log-sum-exp merge.
+// holds WPH sub-tiles of consecutive tokens (16 in the FP16 kernel, 32 in the
+// quantized one) × HPC heads; warp (h, w) owns head h of sub-tile w in every
+// stage and keeps its own softmax state; its result is one "part" (split·WPH + w)
+// of the log-sum-exp merge.
 //
 // MMA orientation: M = tokens (keys) or head dims (values), N = the query
-// group (G ≤ 8 columns; columns ≥ G are zero), so no M rows are wasted:
+// group (G ≤ 8 columns; columns ≥ G are zero; the quantized kernel packs the
+// fp16 hi and lo parts of G ≤ 4 queries into columns 0–3 and 4–7), so no M rows
+// are wasted:
 //   S^T[tok, g]  = K[tok, :] · Q'[g, :]^T          (A = keys, B = queries)
 //   O^T[dim, g] += V^T[dim, tok] · P^T[tok, g]      (A = values, B = probabilities)
 // Lane l (r = l/4, p = l%4) holds scores of tokens r, r+8 for query columns 2p, 2p+1,
@@ -61,7 +64,7 @@ __device__ __forceinline__ Range split_range(int len, int split, int num_splits,
   return r;
 }
 
-// Online softmax over one 16-token sub-tile for the lane's two query columns.
+// Online softmax over one 16-token sub-tile for the lane's two query columns (FP16 kernel).
 // x[0..1]: token r, x[2..3]: token r+8 (log2-domain logits, −inf = masked).
 // Returns α (rescale of the old state) per column and overwrites x with p.
 // 2^x with one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, −inf → 0, results below 2^-126 → 0);

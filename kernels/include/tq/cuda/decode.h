@@ -3,7 +3,8 @@
 //
 // Split-KV in two stages (FlashDecoding): stage 1 — one CTA per (sequence,
 // split, group of kv heads) streams its token range [all heads][slot] once
-// through a cp.async shared-memory ring and computes every query head of its kv
+// through a shared-memory ring (quantized: TMA bulk copies on mbarriers; FP16:
+// cp.async) and computes every query head of its kv
 // heads (GQA: each slot is read once per query group); stage 2 merges the
 // splits by log-sum-exp. A single part writes the output directly.
 //
@@ -41,7 +42,8 @@ struct DecodeParams {
 struct DecodePlan {
   int num_splits = 1;      // splits of each sequence's token range (chunk = ceil(len/splits) rounded to a tile)
   int heads_per_cta = 1;   // kv heads one CTA streams (= n_kv_heads when ≤ 8, else 8)
-  int warps_per_head = 1;  // warps sharing one kv head (one 16-token sub-tile each): 8 / heads_per_cta
+  int warps_per_head = 1;  // warps sharing one kv head, one sub-tile each (FP16: 16 tokens, 8 warps per CTA;
+                           // quantized: 32 tokens, 16 warps per CTA for mse keys at d ≤ 128, else 8)
   int head_groups = 1;     // n_kv_heads / heads_per_cta
   int parts = 1;           // partial results per (sequence, q head) = num_splits · warps_per_head
   int threads = 0;
