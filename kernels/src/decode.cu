@@ -252,8 +252,7 @@ struct Softmax32 {
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 template <class C, bool P, bool PK>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::kD >= 256 ? 1 : 2)
-    decode_kernel(DecodeArgs a, DecodeTables t,
-                                                                                   const uint8_t* __restrict__ cache) {
+    decode_kernel(DecodeArgs a, DecodeTables t, const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
   static_assert(!P || (Q::kMse && C::kValueBits == 4 && Q::kSlot == C::kIdxBytes + C::kValueCodeBytes + 6),
                 "plane layout: mse keys, 4-bit values, no pad byte");
