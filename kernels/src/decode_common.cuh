@@ -64,11 +64,8 @@ __device__ __forceinline__ Range split_range(int len, int split, int num_splits,
   return r;
 }
 
-// Online softmax over one 16-token sub-tile for the lane's two query columns (FP16 kernel).
-// x[0..1]: token r, x[2..3]: token r+8 (log2-domain logits, −inf = masked).
-// Returns α (rescale of the old state) per column and overwrites x with p.
 // 2^x with one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, −inf → 0, results below 2^-126 → 0);
-// exp2f adds a range check and two multiplies around it.
+// exp2f adds a range check and two multiplies around it (quantized decode).
 __device__ __forceinline__ float ex2_fast(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -80,12 +77,14 @@ __device__ __forceinline__ float rsqrt_fast(float x) {
   return y;
 }
 
-// kFast (quantized decode): ex2_fast instead of exp2f.
-template <bool kFast = false>
-struct SoftmaxT {
+// Online softmax over one 16-token sub-tile for the lane's two query columns (FP16 kernel;
+// the quantized decode's 32-token version is Softmax32 in decode.cu).
+// x[0..1]: token r, x[2..3]: token r+8 (log2-domain logits, −inf = masked).
+// Returns α (rescale of the old state) per column and overwrites x with p.
+struct Softmax {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
-  __device__ __forceinline__ static float e2(float v) { return kFast ? ex2_fast(v) : exp2f(v); }
+  __device__ __forceinline__ static float e2(float v) { return exp2f(v); }
   __device__ __forceinline__ void update(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -102,8 +101,6 @@ struct SoftmaxT {
     }
   }
 };
-
-using Softmax = SoftmaxT<false>;
 
 __device__ __forceinline__ float sum_over_token_lanes(float v) {
   v += __shfl_xor_sync(kFull, v, 4);
