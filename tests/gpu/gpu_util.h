@@ -74,6 +74,25 @@ inline std::vector<float> halves_to_floats(const std::vector<uint16_t>& h) {
 
 // A paged layout for sequences of the given lengths: shuffled physical blocks,
 // a few spare blocks nobody owns; table entries beyond a sequence are -1.
+// A random permutation of 0 … n−1 (Fisher–Yates on rng.below).
+template <class T>
+inline std::vector<T> shuffled_iota(size_t n, tq::Rng& rng) {
+  std::vector<T> v(n);
+  std::iota(v.begin(), v.end(), T(0));
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng.below(i))]);
+  return v;
+}
+
+// A store's slot_mapping: token t → a distinct random slot of [0, slots), about one
+// token in ten skipped with a negative entry (−1, or −1 … −3 with varied_skips).
+inline std::vector<int64_t> random_slot_mapping(tq::Rng& rng, int64_t slots, int n_tokens, bool varied_skips) {
+  const std::vector<int64_t> perm = shuffled_iota<int64_t>(size_t(slots), rng);
+  std::vector<int64_t> mapping(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t)
+    mapping[size_t(t)] = rng.below(10) == 0 ? (varied_skips ? -1 - int64_t(rng.below(3)) : -1) : perm[size_t(t)];
+  return mapping;
+}
+
 struct Paging {
   int block_size = 16, batch = 0, stride = 0;
   int64_t num_blocks = 0;
@@ -96,9 +115,7 @@ inline Paging make_paging(const std::vector<int>& lens, int block_size, tq::Rng&
     p.max_len = std::max(p.max_len, l);
   }
   p.num_blocks = need + spare_blocks;
-  std::vector<int32_t> ids(size_t(p.num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[size_t(rng.below(i))]);
+  const std::vector<int32_t> ids = shuffled_iota<int32_t>(size_t(p.num_blocks), rng);
   p.table.assign(size_t(p.batch) * size_t(p.stride), -1);
   size_t next = 0;
   for (int b = 0; b < p.batch; ++b) {

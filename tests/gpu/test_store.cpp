@@ -36,12 +36,8 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
   tq::Rng rng(seed);
   const int64_t num_blocks = (n_tokens + block_size - 1) / block_size + 2;
   const int64_t slots = num_blocks * block_size;
-  // distinct random slots, ~10% of the tokens skipped
-  std::vector<int64_t> perm(static_cast<size_t>(slots));
-  for (int64_t i = 0; i < slots; ++i) perm[size_t(i)] = i;
-  for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[size_t(rng.below(i))]);
-  std::vector<int64_t> mapping(static_cast<size_t>(n_tokens));
-  for (int t = 0; t < n_tokens; ++t) mapping[size_t(t)] = rng.below(10) == 0 ? -1 - int64_t(rng.below(3)) : perm[size_t(t)];
+  // distinct random slots, ~10% of the tokens skipped (slot_mapping −1 … −3)
+  const std::vector<int64_t> mapping = random_slot_mapping(rng, slots, n_tokens, /*varied_skips=*/true);
 
   // inputs: a row stride of hkv·d + extra_stride; magnitudes 1e-2 … 1e1, a zero row, a constant row
   const int64_t row = int64_t(hkv) * d + extra_stride;
@@ -114,11 +110,7 @@ void check_store_planes(const std::string& name, int d, int block_size, int n_to
   tq::Rng rng(seed);
   const int64_t num_blocks = (n_tokens + block_size - 1) / block_size + 2;
   const int64_t slots = num_blocks * block_size;
-  std::vector<int64_t> perm(static_cast<size_t>(slots));
-  for (int64_t i = 0; i < slots; ++i) perm[size_t(i)] = i;
-  for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[size_t(rng.below(i))]);
-  std::vector<int64_t> mapping(static_cast<size_t>(n_tokens));
-  for (int t = 0; t < n_tokens; ++t) mapping[size_t(t)] = rng.below(10) == 0 ? -1 : perm[size_t(t)];
+  const std::vector<int64_t> mapping = random_slot_mapping(rng, slots, n_tokens, /*varied_skips=*/false);
   const auto kh = random_rows(rng, size_t(n_tokens) * hkv, d, 0.0, 1.0);
   const auto vh = random_rows(rng, size_t(n_tokens) * hkv, d, 0.3, 1.0);
   DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(mapping.size() * 8);
