@@ -230,6 +230,39 @@ struct Softmax32 {
       l[c] = l[c] * alpha[c] + ((x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]));
     }
   }
+  // The common case once the maxima have settled: no logit of the sub-tile
+  // exceeds its column's running maximum anywhere in the warp. Then m stays, α = 1
+  // and x becomes p without the cross-lane max (returns false, x untouched,
+  // otherwise: the first sub-tile, a new maximum, or a NaN).
+  __device__ __forceinline__ bool try_keep(float (&x)[2][4]) {
+    bool keep = true;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) keep = keep && x[h][i] <= m[i & 1];
+    if (!__all_sync(dev::kFull, keep)) return false;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        x[h][c] = dev::ex2_fast(x[h][c] - m[c]);
+        x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - m[c]);
+      }
+      l[c] += (x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]);
+    }
+    return true;
+  }
+  __device__ __forceinline__ bool try_keep_half(float (&x)[4]) {
+    const bool keep = x[0] <= m[0] && x[2] <= m[0] && x[1] <= m[1] && x[3] <= m[1];
+    if (!__all_sync(dev::kFull, keep)) return false;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      x[c] = dev::ex2_fast(x[c] - m[c]);
+      x[c + 2] = dev::ex2_fast(x[c + 2] - m[c]);
+      l[c] += x[c] + x[c + 2];
+    }
+    return true;
+  }
   // Packed kernels: the lane holds one half (tokens r, r+8); lane p ^ 2 the other.
   __device__ __forceinline__ void update_half(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
@@ -250,7 +283,9 @@ struct Softmax32 {
 };
 
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
-template <class C, bool P, bool PK>
+// H: heads per CTA known at compile time (8: every row stride and ring offset is
+// an immediate), or 0: a.hpc.
+template <class C, bool P, bool PK, int H>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::kD >= 256 ? 1 : 2)
     decode_kernel(DecodeArgs a, DecodeTables t, const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
@@ -263,7 +298,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
-  const int hpc = a.hpc, wph = a.wph;
+  const int hpc = H ? H : a.hpc, wph = H ? Q::kCtaWarps / H : a.wph;
   const int hl = warp % hpc, ws = warp / hpc;
   const int split = blockIdx.x, hg = blockIdx.y, b = blockIdx.z;
   const int kvh = hg * hpc + hl;
@@ -460,7 +495,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         }
       }
       uint32_t pb[2][NQ][2];  // P' fragments [half][hi/lo set][b0/b1]
-      float alpha[2];
+      float alpha[2] = {1.f, 1.f};
+      bool fast;  // no logit above the running maxima: α = 1, no rescale
       if constexpr (PK) {
         // Lanes p < 2 finish half 0, lanes p ≥ 2 half 1 (same query heads 2(p&1), 2(p&1)+1):
         // each sends the partner the partial scores of the partner's half (hi + lo columns)
@@ -492,11 +528,14 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         x4[1] = v0 ? x4[1] * fr : -INFINITY;
         x4[2] = v1 ? x4[2] * fr8 : -INFINITY;
         x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
-        sm.update_half(x4, alpha);
+        fast = sm.try_keep_half(x4);
+        if (!fast) {
+          sm.update_half(x4, alpha);
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          zs[c] *= alpha[c];
-          if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+          for (int c = 0; c < 2; ++c) {
+            zs[c] *= alpha[c];
+            if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+          }
         }
         const uint8_t* f0 = mb + rm.scz + r * rm.mst;
         const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
@@ -508,22 +547,23 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
         }
         // P' matrix of half h: columns 0–3 fp16(P') (lanes p < 2), 4–7 P' − fp16(P') (lanes p ≥ 2).
-        // own: this lane's half, oth: the partner's half (its P' values)
-        const float kl = hi_lane ? 0.f : 1.f;
-        auto part = [&](float u, float w) {
-          const __half2 hh = __floats2half2_rn(u, w);
-          const float2 f = __half22float2(hh);
-          return dev::pack_half2(fmaf(-kl, f.x, u), fmaf(-kl, f.y, w));
-        };
-        float po[4];
+        // Each lane splits its own P' into hi and lo, keeps the part its columns
+        // hold and sends the other to lane p ^ 2 (whose columns hold that part of
+        // this lane's half). own: this lane's half, oth: the partner's.
+        uint32_t own[2], oth[2];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) po[i] = __shfl_xor_sync(dev::kFull, pv[i], 2);
-        const uint32_t own01 = part(pv[0], pv[1]), own23 = part(pv[2], pv[3]);
-        const uint32_t oth01 = part(po[0], po[1]), oth23 = part(po[2], po[3]);
-        pb[0][0][0] = dev::movmatrix_trans(hi_lane ? own01 : oth01);
-        pb[0][0][1] = dev::movmatrix_trans(hi_lane ? own23 : oth23);
-        pb[1][0][0] = dev::movmatrix_trans(hi_lane ? oth01 : own01);
-        pb[1][0][1] = dev::movmatrix_trans(hi_lane ? oth23 : own23);
+        for (int j = 0; j < 2; ++j) {
+          const __half2 hh = __floats2half2_rn(pv[2 * j], pv[2 * j + 1]);
+          const float2 f = __half22float2(hh);
+          const uint32_t hi = *reinterpret_cast<const uint32_t*>(&hh);
+          const uint32_t lo = dev::pack_half2(pv[2 * j] - f.x, pv[2 * j + 1] - f.y);
+          own[j] = hi_lane ? hi : lo;
+          oth[j] = __shfl_xor_sync(dev::kFull, hi_lane ? lo : hi, 2);
+        }
+        pb[0][0][0] = dev::movmatrix_trans(hi_lane ? own[0] : oth[0]);
+        pb[0][0][1] = dev::movmatrix_trans(hi_lane ? own[1] : oth[1]);
+        pb[1][0][0] = dev::movmatrix_trans(hi_lane ? oth[0] : own[0]);
+        pb[1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
       } else {
         float x[2][4];
 #pragma unroll
@@ -549,11 +589,14 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
           x[h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
         }
-        sm.update(x, alpha);
+        fast = sm.try_keep(x);
+        if (!fast) {
+          sm.update(x, alpha);
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          zs[c] *= alpha[c];
-          if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+          for (int c = 0; c < 2; ++c) {
+            zs[c] *= alpha[c];
+            if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+          }
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -582,7 +625,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       // (1 + c/16, whose Σ P' is subtracted at the end) keep the round-to-nearest fold.
       constexpr bool kAccMma = C::kValueBits == 4;
       if constexpr (kAccMma) {
-        if (__any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
+        if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
           for (int i = 0; i < D / 16; ++i)
 #pragma unroll
@@ -770,12 +813,15 @@ int auto_splits(int batch_groups, int max_seq_len, int slots, int tile) {
 // planes_support accepts (checked by decode_can_implement before we get here);
 // packed hi/lo query columns for G ≤ 4.
 template <class C, class Fn>
-void with_kernel(bool planes, int group, Fn&& fn) {
+void with_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
   if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
-    if (planes) return group <= 4 ? fn(decode_kernel<C, true, true>) : fn(decode_kernel<C, true, false>);
+    if (planes) return group <= 4 ? fn(decode_kernel<C, true, true, 0>) : fn(decode_kernel<C, true, false, 0>);
   }
   if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
-  group <= 4 ? fn(decode_kernel<C, false, true>) : fn(decode_kernel<C, false, false>);
+  if constexpr (QCfg<C>::kWide) {
+    if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8) return group <= 4 ? fn(decode_kernel<C, false, true, 8>) : fn(decode_kernel<C, false, false, 8>);
+  }
+  group <= 4 ? fn(decode_kernel<C, false, true, 0>) : fn(decode_kernel<C, false, false, 0>);
 }
 
 int decode_device_sms_impl() {
@@ -900,7 +946,8 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
       plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes;
     }
-    with_kernel<C>(cache.layout == CacheLayout::planes, p.n_q_heads / cache.n_kv_heads, [&](auto kern) {
+    with_kernel<C>(cache.layout == CacheLayout::planes, p.n_q_heads / cache.n_kv_heads, plan.heads_per_cta,
+                   plan.warps_per_head, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       int occ = 0;
       TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, plan.threads, plan.smem_bytes));
@@ -937,7 +984,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
-    with_kernel<C>(cache.layout == CacheLayout::planes, a.group, [&](auto kern) {
+    with_kernel<C>(cache.layout == CacheLayout::planes, a.group, plan.heads_per_cta, plan.warps_per_head, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(a, t, cache.data);
       TQ_CUDA_CHECK(cudaGetLastError());

@@ -21,6 +21,11 @@ struct BenchShape {
   // Pages of each sequence: a random permutation of all cache blocks (as the
   // tables of a long-running server look), or consecutive blocks.
   bool shuffled_pages = true;
+  // Diagnostic: every table entry points into the first kResidentBlocks blocks,
+  // so the cache reads hit L2 and the time shows the kernel's compute floor
+  // (not a realistic workload; the reported GB/s then exceed HBM's).
+  bool resident_pages = false;
+  static constexpr int kResidentBlocks = 128;
   // Quantized cache in CacheLayout::planes instead of the vLLM slot layout
   // (bench_decode / bench_store; formats with planes_support only).
   bool planes = false;
