@@ -329,16 +329,29 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   const int64_t row_bytes = int64_t(a.n_kv_heads) * SLOT;
   const int32_t* btab = a.table + int64_t(b) * a.table_stride;
   const int bs_mask = a.block_size - 1;
+  // Block-table entries one refill ahead: lane x < 2·wph holds the page of half x of
+  // the next tile to issue, loaded while the current refill goes out, so the producer
+  // warp never stalls on a global load (an L2 round trip per stage made warp 0 the
+  // slowest warp, and the ring moves at its pace).
+  auto load_pages = [&](int j) -> int {
+    const int tj = rg.begin + j * tile + 16 * lane;
+    return lane < 2 * wph && j < rg.tiles && tj < rg.end ? btab[tj >> a.log2_block_size] : 0;
+  };
+  int next_pages = warp == 0 ? load_pages(0) : 0;
   auto issue = [&](int j, int s) {
+    const int pages = next_pages;
+    next_pages = load_pages(j + 1);
     const int t_first = rg.begin + j * tile;
     const int halves = min(2 * wph, (rg.end - t_first + 15) >> 4);  // halves with ≥ 1 token in range
     const uint32_t bar = full0 + 8u * uint32_t(s);
     if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(halves * half_bytes));
     __syncwarp();
-    for (int c = lane; c < halves * runs; c += 32) {
-      const int hx = c / runs, k = c - hx * runs;  // half (sub-tile hx/2, half hx%2), run k
+    for (int c0 = 0; c0 < halves * runs; c0 += 32) {
+      const int c = c0 + lane;
+      const int hx = min(c / runs, halves - 1), k = c - hx * runs;  // half (sub-tile hx/2, half hx%2), run k
+      const int64_t page = __shfl_sync(dev::kFull, pages, hx);
+      if (c >= halves * runs) continue;
       const int tj = t_first + 16 * hx;
-      const int64_t page = btab[tj >> a.log2_block_size];
       const uint8_t* g = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes;
       const uint32_t dst = piece(2 * s * wph + hx);
       if constexpr (P) {  // plane runs of heads h0 … h0+hpc−1 (k: indices, codes, meta)
