@@ -104,6 +104,16 @@ struct QCfg {
   static constexpr int kCtaWarps = kWide ? 16 : 8;
   static constexpr int kPairSteps = D / 32;
   static constexpr int kVChunk = D * C::kValueBits / 64;          // value-code bytes of D/8 dims (one lane row)
+  // 4-bit values: lane row r reads the u16 words at bytes 2r + 16w (w < kVChunk/2) of each
+  // token's codes, so the 8 rows of a lane quad read 4 consecutive words and the four
+  // quads' tokens (8·slot apart) land in disjoint banks (rows of 8 contiguous bytes per
+  // lane, as the 3-bit path reads them, were 2-way bank conflicted). Word w of row r
+  // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
+  static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kVChunk;
+  // output dim of row r of m-tile i (row r + 8: the next dim)
+  static __device__ __forceinline__ int out_dim(int r, int i) {
+    return C::kValueBits == 4 ? 4 * r + 32 * (i >> 1) + 2 * (i & 1) : r * (D / 8) + 2 * i;
+  }
 };
 
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
@@ -669,19 +679,20 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       const uint8_t* vp[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        vp[h][0] = hb[h] + rm.code + 2 * p * rm.cst + r * Q::kVChunk;
+        vp[h][0] = hb[h] + rm.code + 2 * p * rm.cst + r * Q::kVRowBytes;
         vp[h][1] = vp[h][0] + rm.cst;
         vp[h][2] = vp[h][0] + 8 * rm.cst;
         vp[h][3] = vp[h][2] + rm.cst;
       }
       if constexpr (C::kValueBits == 4) {
 #pragma unroll
-        for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: chunk dims 4w … 4w+3 → m-tiles 2w, 2w+1
+        for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: 4 dims → m-tiles 2w, 2w+1
+          constexpr int WS = 16;  // bytes between a row's u16 words (QCfg::kVRowBytes)
           uint32_t wab[2], wcd[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            wab[h] = __byte_perm(ld_u16(vp[h][0] + 2 * w), ld_u16(vp[h][1] + 2 * w), 0x5410);
-            wcd[h] = __byte_perm(ld_u16(vp[h][2] + 2 * w), ld_u16(vp[h][3] + 2 * w), 0x5410);
+            wab[h] = __byte_perm(ld_u16(vp[h][0] + WS * w), ld_u16(vp[h][1] + WS * w), 0x5410);
+            wcd[h] = __byte_perm(ld_u16(vp[h][2] + WS * w), ld_u16(vp[h][3] + WS * w), 0x5410);
           }
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
@@ -766,16 +777,17 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       return (16.f * (v - pp) + z) * inv;
     };
     if (a.parts == 1) {
-      __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh + r * (D / 8);
+      __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh;
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<__half2*>(o + 2 * i) = __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
+        *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
+            __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
     } else {
       const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
-      float* o = a.o_part + row * D + r * (D / 8);
+      float* o = a.o_part + row * D;
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<float2*>(o + 2 * i) = make_float2(val(acc[i][c], false), val(acc[i][c + 2], true));
+        *reinterpret_cast<float2*>(o + Q::out_dim(r, i)) = make_float2(val(acc[i][c], false), val(acc[i][c + 2], true));
       if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
     }
   }
