@@ -56,6 +56,7 @@
 // (d = 256: 1).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <cuda_fp8.h>
 
@@ -478,12 +479,16 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     dev::mbar_wait(full0 + 8u * s, ph);
     const int t0 = rg.begin + it * tile + kSub * ws;
     const int nvalid = min(rg.end - t0, kSub);
-    if (nvalid > 0) {  // warp-uniform
+    // the sub-tile's work; kFullTile: all 32 tokens valid (every sub-tile but a range's
+    // last), so no masks (instantiated twice, selected per sub-tile, warp-uniform)
+    auto tile_body = [&](auto full_tile) {
+      constexpr bool kFullTile = decltype(full_tile)::value;
       const uint8_t* hb[2] = {smem + (piece(2 * (s * wph + ws)) - dyn_base),
                               smem + (piece(2 * (s * wph + ws) + 1) - dyn_base)};  // the two halves
 
       // ---- scores of both halves ----
-      float sa[2][NQ][4] = {}, qa[2][4] = {}, qb[2][4] = {};
+      float sa[2][NQ][4] = {};
+      [[maybe_unused]] float qa[2][4] = {}, qb[2][4] = {};  // Σc² (mse keys)
       const uint8_t* krow[2][2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -541,7 +546,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + nc_eps);
           }
         }
-        const bool v0 = 16 * mh + r < nvalid, v1 = 16 * mh + r + 8 < nvalid;
+        const bool v0 = kFullTile || 16 * mh + r < nvalid, v1 = kFullTile || 16 * mh + r + 8 < nvalid;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[1][0][i] : sa[0][0][i], 2);
@@ -595,7 +600,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 #pragma unroll
           for (int i = 0; i < 4; ++i) sc4[i] = sa[h][0][i] + sa[h][NQ - 1][i];
           float fr = raw_scale, fr8 = raw_scale;
-          const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
+          [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
           if constexpr (Q::kMse) {
             fr *= ld_f16(n0);
             fr8 *= ld_f16(n0 + 8 * rm.mst);
@@ -606,7 +611,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               fr8 *= dev::rsqrt_fast(sq1 + nc_eps);
             }
           }
-          const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
+          const bool v0 = kFullTile || 16 * h + r < nvalid, v1 = kFullTile || 16 * h + r + 8 < nvalid;
           x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
           x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
           x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
@@ -624,7 +629,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
-          const bool v0 = 16 * h + r < nvalid, v1 = 16 * h + r + 8 < nvalid;
+          const bool v0 = kFullTile || 16 * h + r < nvalid, v1 = kFullTile || 16 * h + r + 8 < nvalid;
           const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
           const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
@@ -737,7 +742,11 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           fold(acc[i], a0, a1);
         }
       }
-    }
+    };
+    if (nvalid == kSub)
+      tile_body(std::true_type{});
+    else if (nvalid > 0)
+      tile_body(std::false_type{});
     __syncwarp();
     if (lane == 0) dev::mbar_arrive(empty0 + 8u * s);
     sp = s;
