@@ -234,8 +234,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "untimed launches first")->capture_default_str();
   app.add_option("--store-tokens", a.store_tokens, "tokens per store launch (0: min(batch·ctx, 131072))");
   app.add_option("--copy-gb", a.copy_gb, "size of the device-copy bandwidth probe")->capture_default_str();
-  app.add_option("--pages", a.pages, "block tables: shuffled (random physical blocks), sequential, or resident (diagnostic: all "
-                 "entries in the first 128 blocks, so reads hit L2 and the time is the kernel's compute floor)")
+  app.add_option("--pages", a.pages,
+                 "block tables: shuffled (random physical blocks), sequential, or resident (diagnostic: all entries "
+                 "in the first 128 blocks, so reads hit L2 and the time is the kernel's compute floor)")
       ->capture_default_str();
   app.add_option("--layout", a.layout,
                  "quantized cache layout: vllm (slots), planes (key-index / value-code / metadata planes per page, "

@@ -9,7 +9,9 @@
 // a 16-token page slice of all hpc heads in the vLLM layout, 16 per-token runs
 // when hpc < n_kv_heads, three plane runs in the plane layout) completing on a
 // "full" mbarrier per stage; every warp releases a stage on its "empty"
-// mbarrier and warp 0 refills it. Every slot is read from HBM once per query
+// mbarrier and warp 0 refills it, with block-table entries it loaded one refill
+// earlier (a table lookup inside the refill put an L2 round trip on warp 0's path,
+// and the whole ring moves at warp 0's pace). Every slot is read from HBM once per query
 // group. 16-token halves past the range end are not copied (their page may not
 // exist); rows past it inside a copied half are read but masked (selects, not
 // products: never-written slots may hold NaN).
@@ -40,18 +42,23 @@
 //            two MMAs). Packed: lanes p < 2 then finish half 0, lanes p ≥ 2 half 1
 //            (one shuffle exchanges the partial scores), so the per-token work —
 //            norm, 1/‖c‖, exp2, scale, zero — runs once per token.
-//   values : O^T += V^T · P'^T. 4-bit codes: A is the code nibble masked in place,
+//   values : O^T += V^T · P'^T. 4-bit codes (lane row r: the u16 words at bytes 2r + 16w,
+//            bank-conflict free, QCfg::kVRowBytes): A is the code nibble masked in place,
 //            the fp16 subnormal c·2^-24 (row r) or c·2^-20 (row r+8): exact; the
 //            scalings are undone at the write-out. 3-bit codes: A = 1 + c/16.
 //            B = P' = p·scale, hi + lo (packed: hi in columns 0–3, lo in 4–7).
 //            Σ p·zero on CUDA cores.
-//   softmax: online over the 32 tokens, exp2 domain (ex2.approx.ftz). 4-bit values
+//   softmax: online over the 32 tokens, exp2 domain (ex2.approx.ftz). While no logit
+//            of a sub-tile exceeds its column's running maximum (all but a few sub-tiles
+//            once the maxima settle), m stays and the cross-lane max, α and the rescales
+//            are skipped (Softmax32::try_keep*). 4-bit values
 //            accumulate in the MMA itself; acc is rescaled only when a running max
 //            moved (warp vote). 3-bit values: each 32-token product starts from
 //            zero and is folded in with one FFMA (round-to-nearest): across the whole
 //            range the MMA's truncating fp32 accumulation, amplified by the 1 + c/16
 //            bias cancellation, reached 1.03e-3 (run 3); the unbiased 4-bit codes
 //            keep the errors of the fold (run 13e: 4.3e-4 at 32K either way).
+// A sub-tile with all 32 tokens valid runs a copy of the body without masks.
 // Launch bounds: 16 warps × 128 registers (wide LUT), else 8 warps, 2 CTAs per SM
 // (d = 256: 1).
 #include <algorithm>
@@ -853,7 +860,8 @@ void with_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
   }
   if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
-    if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8) return group <= 4 ? fn(decode_kernel<C, false, true, 8>) : fn(decode_kernel<C, false, false, 8>);
+    if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8)
+      return group <= 4 ? fn(decode_kernel<C, false, true, 8>) : fn(decode_kernel<C, false, false, 8>);
   }
   group <= 4 ? fn(decode_kernel<C, false, true, 0>) : fn(decode_kernel<C, false, false, 0>);
 }
@@ -1018,7 +1026,8 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
-    with_kernel<C>(cache.layout == CacheLayout::planes, a.group, plan.heads_per_cta, plan.warps_per_head, [&](auto kern) {
+    const bool planes = cache.layout == CacheLayout::planes;
+    with_kernel<C>(planes, a.group, plan.heads_per_cta, plan.warps_per_head, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(a, t, cache.data);
       TQ_CUDA_CHECK(cudaGetLastError());

@@ -28,6 +28,9 @@ struct DecodeCase {
   std::vector<int> lens;
   int splits = 0;  // 0 = auto
   double q_sigma = 2.0;
+  // > 0: key t of a sequence of length n is scaled by 1 + key_ramp·t/n, so the largest
+  // logit keeps growing along the sequence and the running maxima move again and again
+  double key_ramp = 0.0;
   uint64_t seed = 1;
   bool planes = false;  // quantized cache in CacheLayout::planes
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
@@ -47,10 +50,18 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
   F.pg = make_paging(c.lens, c.bs, rng);
   const auto& pg = F.pg;
   const size_t rows = size_t(pg.total_tokens) * c.hkv;
-  const auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
+  auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
   const auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
   F.first.resize(size_t(pg.batch));
   for (int b = 0, acc = 0; b < pg.batch; acc += pg.lens[size_t(b)], ++b) F.first[size_t(b)] = acc;
+  if (c.key_ramp > 0)
+    for (int b = 0; b < pg.batch; ++b)
+      for (int t = 0; t < pg.lens[size_t(b)]; ++t) {
+        const float f = float(1.0 + c.key_ramp * t / pg.lens[size_t(b)]);
+        const size_t row0 = size_t(F.first[size_t(b)] + t) * c.hkv * c.d;
+        for (size_t j = row0; j < row0 + size_t(c.hkv) * c.d; ++j)
+          kh[j] = tq::float_to_half(f * tq::half_to_float(kh[j]));
+      }
   const size_t slots = size_t(pg.num_blocks) * pg.block_size * c.hkv;
   if (c.fmt == "f16") {
     std::vector<uint16_t> hk(slots * c.d, 0xffff), hv(slots * c.d, 0xffff);  // NaN poison in unused positions
@@ -366,6 +377,23 @@ TEST_CASE("decode: large logits (peaked softmax)", "[decode]") {
     c.seed = 21;
     run_decode(c);
   }
+}
+
+// The quantized decode skips the cross-lane max while no logit exceeds the running
+// maxima (Softmax32::try_keep*) and takes the full update when one does: growing key norms
+// make new maxima appear all along the sequence, so both paths alternate in every part.
+TEST_CASE("decode: running maxima that keep rising (lazy softmax rescale)", "[decode]") {
+  for (const auto& fmt : kDecodeFormats)
+    for (int hq : {32, 64}) {  // packed (G = 4) and unpacked (G = 8) query columns
+      DecodeCase c;
+      c.fmt = fmt;
+      c.hq = hq;
+      c.lens = {77, 1500, 9000};
+      c.key_ramp = 3.0;
+      c.seed = 31 + uint64_t(hq);
+      const double e = run_decode(c);
+      WARN(fmt << " G=" << hq / 8 << " rising maxima: max rel error " << e);
+    }
 }
 
 TEST_CASE("decode: quick subset", "[decode][quick]") {

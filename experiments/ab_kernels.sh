@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A/B timing of kernel variants in one GPU session (the device tool's runs differ by
+# ~0.5% from call to call, so a change is measured against its baseline in the same run).
+#
+#   bash experiments/ab_kernels.sh [steps for the working tree, default build]
+#
+# Each directory experiments/ab/<NAME>/ is an overlay (files at their repository paths,
+# e.g. experiments/ab/A/kernels/src/decode.cu from `git show HEAD:kernels/src/decode.cu`)
+# on a copy of the working tree, built in /tmp/src_<NAME>; "C" is the working tree itself
+# (built with run_kernels.sh <steps>, so "build,test" also runs the GPU tests on it).
+# Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
+# AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768),
+# B=32 Hq=32 Hkv=8 D=128 block 16; one line per (variant, ctx, format): decode ms, % of copy.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/build-kernels/out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+cd "$ROOT"
+VARS=""
+for d in experiments/ab/*/; do
+  [ -d "$d" ] || continue
+  v=$(basename "$d")
+  VARS="$VARS $v"
+  rm -rf "/tmp/src_$v" && mkdir -p "/tmp/src_$v" && cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
+  rm -rf "/tmp/src_$v/build-kernels" "/tmp/src_$v/experiments/ab"
+  (cd "/tmp/src_$v" && OUT="$OUT/$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
+done
+bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
+wait
+for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
+SHAPE="--batch 32 --q-heads 32 --kv-heads 8 --head-dim 128 --block-size 16"
+FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
+for rep in $(seq "${AB_REPS:-2}"); do
+  for v in $VARS C; do
+    bin=$ROOT/build-kernels/tq-bench
+    [ "$v" != C ] && bin=/tmp/src_$v/build-kernels/tq-bench
+    for ctx in ${AB_CTX:-32768}; do
+      "$bin" $FORMATS $SHAPE --ctx "$ctx" --json 2>> "$OUT/errors.log" | python3 -c "
+import json, sys
+for j in json.load(sys.stdin):
+    d = j['decode']
+    print('$v', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
+          'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'])"
+    done
+  done
+done
