@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       if constexpr (C::kValueBits == 4) {
 #pragma unroll
         for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: 4 dims → m-tiles 2w, 2w+1
-          constexpr int WS = 16;  // bytes between a row's u16 words (QCfg::kVRowBytes)
+          constexpr int WS = 16;  // bytes between a row's u16 words (rows: QCfg::kVRowBytes = 2 apart)
           uint32_t wab[2], wcd[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
