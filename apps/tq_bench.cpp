@@ -105,8 +105,6 @@ int run_gpu(const Args& a) {
   s.ctx = a.ctx;
   s.block_size = a.block_size;
   s.num_splits = a.splits;
-  TQ_CHECK(a.pages == "shuffled" || a.pages == "sequential" || a.pages == "resident",
-           "--pages '{}' must be shuffled, sequential or resident", a.pages);
   s.shuffled_pages = a.pages == "shuffled";
   s.resident_pages = a.pages == "resident";
   tq::cuda::BenchOptions o;
@@ -134,8 +132,6 @@ int run_gpu(const Args& a) {
     j.set("reps", t.reps);
     return j;
   };
-  TQ_CHECK(a.layout == "vllm" || a.layout == "planes" || a.layout == "both",
-           "--layout '{}' must be vllm, planes or both", a.layout);
   std::vector<bool> layouts;
   if (a.layout != "planes") layouts.push_back(false);
   if (a.layout != "vllm") layouts.push_back(true);
@@ -237,10 +233,12 @@ int main(int argc, char** argv) {
   app.add_option("--pages", a.pages,
                  "block tables: shuffled (random physical blocks), sequential, or resident (diagnostic: all entries "
                  "in the first 128 blocks, so reads hit L2 and the time is the kernel's compute floor)")
+      ->check(CLI::IsMember({"shuffled", "sequential", "resident"}))
       ->capture_default_str();
   app.add_option("--layout", a.layout,
                  "quantized cache layout: vllm (slots), planes (key-index / value-code / metadata planes per page, "
                  "16-byte aligned; mse keys + 4-bit values) or both (one row each)")
+      ->check(CLI::IsMember({"vllm", "planes", "both"}))
       ->capture_default_str();
   app.add_flag("--json", a.json, "JSON list, one object per format");
   app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");

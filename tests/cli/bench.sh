@@ -23,6 +23,17 @@ run "$BIN" --cpu --format no_such_format --batch 1 --ctx 64
 expect_rc 2
 expect_err "unknown format"
 
+# option values are checked when parsing, on any machine (before the GPU is looked for)
+run "$BIN" --format turboquant_4bit_nc --pages everywhere
+expect_rc 2
+expect_err "--pages"
+expect_empty_out
+
+run "$BIN" --format turboquant_4bit_nc --layout rows
+expect_rc 2
+expect_err "--layout"
+expect_empty_out
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   run "$BIN" --format turboquant_4bit_nc --batch 1 --ctx 64
   expect_rc 2
