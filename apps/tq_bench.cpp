@@ -105,8 +105,9 @@ int run_gpu(const Args& a) {
   s.ctx = a.ctx;
   s.block_size = a.block_size;
   s.num_splits = a.splits;
-  s.shuffled_pages = a.pages == "shuffled";
-  s.resident_pages = a.pages == "resident";
+  s.pages = a.pages == "shuffled"     ? tq::cuda::BenchShape::Pages::shuffled
+            : a.pages == "sequential" ? tq::cuda::BenchShape::Pages::sequential
+                                      : tq::cuda::BenchShape::Pages::resident;
   tq::cuda::BenchOptions o;
   o.reps = a.reps;
   o.warmup = a.warmup;

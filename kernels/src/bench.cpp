@@ -86,17 +86,13 @@ int cache_copies(size_t bytes) {
   return n;
 }
 
-// Sequence b's pages: a shuffled permutation of all blocks (as a long-running
-// server's tables look) or, with shuffled_pages off, consecutive blocks;
-// resident_pages: block i mod kResidentBlocks (L2-resident, diagnostic).
+// The block table of every sequence, in the order BenchShape::pages asks for.
 std::vector<int32_t> shuffled_table(const BenchShape& s, int pages_per_seq, uint64_t seed) {
   std::vector<int32_t> t(size_t(s.batch) * size_t(pages_per_seq));
   std::iota(t.begin(), t.end(), 0);
-  if (s.resident_pages) {
+  if (s.pages == BenchShape::Pages::resident)
     for (auto& v : t) v %= BenchShape::kResidentBlocks;
-    return t;
-  }
-  if (!s.shuffled_pages) return t;
+  if (s.pages != BenchShape::Pages::shuffled) return t;
   Rng rng(seed);
   for (size_t i = t.size(); i > 1; --i) std::swap(t[i - 1], t[size_t(rng.below(i))]);
   return t;

@@ -532,6 +532,15 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       uint32_t pb[2][NQ][2];  // P' fragments [half][hi/lo set][b0/b1]
       float alpha[2] = {1.f, 1.f};
       bool fast;  // no logit above the running maxima: α = 1, no rescale
+      auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero (and Σ p·scale) by α
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          zs[c] *= alpha[c];
+          if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
+        }
+      };
+      // token row (0 … 31 of the sub-tile) in range; always in a full sub-tile
+      auto valid = [&](int row) { return kFullTile || row < nvalid; };
       if constexpr (PK) {
         // Lanes p < 2 finish half 0, lanes p ≥ 2 half 1 (same query heads 2(p&1), 2(p&1)+1):
         // each sends the partner the partial scores of the partner's half (hi + lo columns)
@@ -553,7 +562,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + nc_eps);
           }
         }
-        const bool v0 = kFullTile || 16 * mh + r < nvalid, v1 = kFullTile || 16 * mh + r + 8 < nvalid;
+        const bool v0 = valid(16 * mh + r), v1 = valid(16 * mh + r + 8);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[1][0][i] : sa[0][0][i], 2);
@@ -566,11 +575,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         fast = sm.try_keep_half(x4);
         if (!fast) {
           sm.update_half(x4, alpha);
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            zs[c] *= alpha[c];
-            if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
-          }
+          rescale_sums();
         }
         const uint8_t* f0 = mb + rm.scz + r * rm.mst;
         const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
@@ -618,7 +623,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               fr8 *= dev::rsqrt_fast(sq1 + nc_eps);
             }
           }
-          const bool v0 = kFullTile || 16 * h + r < nvalid, v1 = kFullTile || 16 * h + r + 8 < nvalid;
+          const bool v0 = valid(16 * h + r), v1 = valid(16 * h + r + 8);
           x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
           x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
           x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
@@ -627,16 +632,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         fast = sm.try_keep(x);
         if (!fast) {
           sm.update(x, alpha);
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            zs[c] *= alpha[c];
-            if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
-          }
+          rescale_sums();
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
-          const bool v0 = kFullTile || 16 * h + r < nvalid, v1 = kFullTile || 16 * h + r + 8 < nvalid;
+          const bool v0 = valid(16 * h + r), v1 = valid(16 * h + r + 8);
           const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
           const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};

@@ -18,13 +18,13 @@ namespace tq::cuda {
 struct BenchShape {
   int batch = 32, n_q_heads = 32, n_kv_heads = 8, head_dim = 128, ctx = 4096, block_size = 16;
   int num_splits = 0;  // 0 = auto
-  // Pages of each sequence: a random permutation of all cache blocks (as the
-  // tables of a long-running server look), or consecutive blocks.
-  bool shuffled_pages = true;
-  // Diagnostic: every table entry points into the first kResidentBlocks blocks,
-  // so the cache reads hit L2 and the time shows the kernel's compute floor
-  // (not a realistic workload; the reported GB/s then exceed HBM's).
-  bool resident_pages = false;
+  // Pages of each sequence: shuffled, a random permutation of all cache blocks (as
+  // the tables of a long-running server look); sequential, consecutive blocks;
+  // resident (diagnostic), every table entry in the first kResidentBlocks blocks, so
+  // the cache reads hit L2 and the time shows the kernel's compute floor (not a
+  // realistic workload; the reported GB/s then exceed HBM's).
+  enum class Pages { shuffled, sequential, resident };
+  Pages pages = Pages::shuffled;
   static constexpr int kResidentBlocks = 128;
   // Quantized cache in CacheLayout::planes instead of the vLLM slot layout
   // (bench_decode / bench_store; formats with planes_support only).
