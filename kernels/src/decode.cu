@@ -67,6 +67,7 @@
 
 #include <cuda_fp8.h>
 
+#include "bitexact.cuh"
 #include "decode_common.cuh"
 #include "formats.cuh"
 #include "tq/cuda/decode.h"
@@ -91,22 +92,28 @@ struct DecodeTables {
   float rot_scale;
   float lut_scale;  // α
   int nc;
+  uint32_t s1[4], s2[4];  // turbo: sign tables (bit i set = −1), q′ = s2·H·(s1·q)/√128
 };
 
 template <class C>
 struct QCfg {
-  static constexpr int D = C::kD;
+  // turbo4 (turboquant_plus blocks, keys and values): scores and values in the rotated
+  // domain of one 128-value block (d = 64: zero-padded), so D — the MMA dims — is 128
+  // while the query and output rows have C::kD values.
+  static constexpr bool kTurbo = C::kKey == KeyKind::turbo;
+  static constexpr int D = kTurbo ? 128 : C::kD;
   static constexpr int kSlot = (C::kKeyBytes + C::kValueBytes + 1) & ~1;
   static constexpr int kKSteps = D / 16;
   static constexpr bool kMse = C::kKey == KeyKind::mse;
-  static constexpr int kLutEntries = kMse ? 1 << (2 * C::kKeyBits) : 0;
+  static constexpr bool kLut = kMse || kTurbo;  // keys through the centroid-pair LUT
+  static constexpr int kLutEntries = kLut ? 1 << (2 * C::kKeyBits) : 0;
   static constexpr int kLutCopies = 32;                           // one per lane: conflict-free
   // d ≤ 128 ("wide LUT"): one 16-warp CTA per SM shares a LUT of 256-byte rows in
   // dynamic shared memory, so an entry address is (code << 8) | 4·lane: one PRMT
   // (4-bit) or SHF + LOP3 (3-bit), the LUT base being the load's immediate offset.
   // Half of each row is unused (64 KB for 4-bit keys). d = 256: 128-byte rows in
   // static shared memory, two 8-warp CTAs… (registers: one), address = LEA.
-  static constexpr bool kWide = kMse && D <= 128;
+  static constexpr bool kWide = kLut && D <= 128;
   static constexpr int kLutRow = kWide ? 256 : 128;
   static constexpr int kLutBytes = kLutEntries * kLutRow;
   static constexpr int kCtaWarps = kWide ? 16 : 8;
@@ -214,6 +221,12 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
     m.kst = IB;
     m.cst = VB;
     m.mst = 6;
+  } else if constexpr (QCfg<C>::kTurbo) {  // slot: key block {norm, qs[64]}, value block {norm, qs[64]}
+    m.norm = hl * SLOT;
+    m.key = m.norm + 2;
+    m.scz = m.norm + C::kKeyBytes;  // the value block's norm (no zero)
+    m.code = m.scz + 2;
+    m.kst = m.cst = m.mst = hpc * SLOT;
   } else {  // [16 tokens][hpc heads][slot]
     m.key = hl * SLOT;
     m.code = m.key + C::kKeyBytes;
@@ -312,7 +325,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps;
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ __align__(16) uint32_t lut_static[Q::kMse && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
+  __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
   uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
@@ -399,7 +412,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     for (int j = 0; j < S && j < rg.tiles; ++j) issue(j, j);
 
   // ---- prologue: LUT and the rotated query fragments (overlaps the first loads) ----
-  if constexpr (Q::kMse) {
+  if constexpr (Q::kLut) {
     // Centroids → shared first (indexing the parameter array at run time would
     // copy it to the local-memory stack).
     __shared__ float s_cen[16];
@@ -422,10 +435,19 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     for (int ks = 0; ks < KS; ++ks) qf[n][ks][0] = qf[n][ks][1] = 0u;
   for (int g = 0; g < a.group; ++g) {
     const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh;
-    for (int j = lane; j < D; j += 32) qbuf[j] = __half2float(qrow[j]);
+    if constexpr (Q::kTurbo) {  // s1 · q, zero-padded to the block
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const int j = lane + 32 * k;
+        const float v = j < C::kD ? __half2float(qrow[j]) : 0.f;
+        qbuf[j] = (t.s1[k] >> lane) & 1u ? -v : v;
+      }
+    } else {
+      for (int j = lane; j < D; j += 32) qbuf[j] = __half2float(qrow[j]);
+    }
     __syncwarp();
     float sc = 1.f;
-    if constexpr (Q::kMse) {
+    if constexpr (Q::kLut) {
       for (int h = 1; h < D; h <<= 1) {  // FWHT: any order is fine here (not bit-exact code)
         for (int i = lane; i < D / 2; i += 32) {
           const int j = (i / h) * 2 * h + i % h;
@@ -436,6 +458,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         __syncwarp();
       }
       sc = t.rot_scale;
+      if constexpr (Q::kTurbo) {  // · s2
+#pragma unroll
+        for (int k = 0; k < D / 32; ++k)
+          if ((t.s2[k] >> lane) & 1u) qbuf[lane + 32 * k] = -qbuf[lane + 32 * k];
+        __syncwarp();
+      }
     }
     const bool mine = PK ? (r & 3) == g : r == g;
     if (mine) {
@@ -461,7 +489,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     __syncwarp();
   }
   // score → log2-domain logit: · norm16 · (nc ? 1/sqrt(Σ(αc)²) : 1/α) · attn_scale · log2 e
-  const float raw_scale = Q::kMse && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
+  const float raw_scale = Q::kLut && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
   const float nc_eps = 1e-16f * t.lut_scale * t.lut_scale;
   // wide: kLutAddr | 4·lane (the PRMT/LOP3 operand giving the entry address); else the lane's copy
   const uint32_t lut_lane = (Q::kWide ? kLutAddr : dev::smem_u32(lut)) + 4u * uint32_t(lane);
@@ -549,11 +577,11 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         float x4[4];
         const uint8_t* mb = hi_lane ? hb[0] : hb[1];
         float fr = raw_scale, fr8 = raw_scale;
-        if constexpr (Q::kMse) {
+        if constexpr (Q::kLut) {
           const uint8_t* n0 = mb + rm.norm + r * rm.mst;
           fr *= ld_f16(n0);
           fr8 *= ld_f16(n0 + 8 * rm.mst);
-          if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
+          if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
             const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
             const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], diag_src);
             const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], diag_src);
@@ -578,8 +606,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           rescale_sums();
         }
         const uint8_t* f0 = mb + rm.scz + r * rm.mst;
-        const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
-        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+        const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 && !Q::kTurbo ? ld_f16(f0 + 2) : 0.f;
+        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f;
+        const float z1 = v1 && !Q::kTurbo ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
         const float pv[4] = {x4[0] * sc0, x4[1] * sc0, x4[2] * sc1, x4[3] * sc1};
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -613,10 +642,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           for (int i = 0; i < 4; ++i) sc4[i] = sa[h][0][i] + sa[h][NQ - 1][i];
           float fr = raw_scale, fr8 = raw_scale;
           [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
-          if constexpr (Q::kMse) {
+          if constexpr (Q::kLut) {
             fr *= ld_f16(n0);
             fr8 *= ld_f16(n0 + 8 * rm.mst);
-            if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+            if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
               const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
               const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
               fr *= dev::rsqrt_fast(sq0 + nc_eps);
@@ -638,8 +667,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         for (int h = 0; h < 2; ++h) {
           const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
           const bool v0 = valid(16 * h + r), v1 = valid(16 * h + r + 8);
-          const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
-          const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+          const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 && !Q::kTurbo ? ld_f16(f0 + 2) : 0.f;
+          const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f;
+          const float z1 = v1 && !Q::kTurbo ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
@@ -697,7 +727,36 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         vp[h][2] = vp[h][0] + 8 * rm.cst;
         vp[h][3] = vp[h][2] + rm.cst;
       }
-      if constexpr (C::kValueBits == 4) {
+      if constexpr (Q::kTurbo) {
+        // turbo4 value blocks: row r's u16 words at bytes 2r + 16w of the qs (as 4-bit
+        // codes: out_dim), each byte the pair code of dims 2j, 2j+1 (j = 2r + 16w + e) →
+        // half2(α·c, α·c′) from the key LUT; m-tile 2w + e takes dim 2j as row r and
+        // dim 2j+1 as row r + 8, so two PRMTs turn the pairs of tokens (2p, 2p+1) into
+        // the A registers (two tokens of one dim each).
+#pragma unroll
+        for (int w = 0; w < Q::kVChunk / 2; ++w) {
+          uint32_t x[2][4][2];  // [half][token 2p, 2p+1, 2p+8, 2p+9][byte e]
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const uint32_t word = ld_u16(vp[h][u] + 16 * w);
+              key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
+            }
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            uint32_t af[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              af[h][0] = __byte_perm(x[h][0][e], x[h][1][e], 0x5410);
+              af[h][1] = __byte_perm(x[h][0][e], x[h][1][e], 0x7632);
+              af[h][2] = __byte_perm(x[h][2][e], x[h][3][e], 0x5410);
+              af[h][3] = __byte_perm(x[h][2][e], x[h][3][e], 0x7632);
+            }
+            fold(acc[2 * w + e], af[0], af[1]);
+          }
+        }
+      } else if constexpr (C::kValueBits == 4) {
 #pragma unroll
         for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: 4 dims → m-tiles 2w, 2w+1
           constexpr int WS = 16;  // bytes between a row's u16 words (rows: QCfg::kVRowBytes = 2 apart)
@@ -773,39 +832,84 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       for (int j = 0; j < 4; ++j) acc[i][j] += __shfl_xor_sync(dev::kFull, acc[i][j], 2);
   }
   const int part = split * wph + ws;
+  // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
+  auto total = [&](float v) {
+    if constexpr (PK) v += __shfl_xor_sync(dev::kFull, v, 2);
+    return dev::sum_over_token_lanes(v);
+  };
+  if constexpr (Q::kTurbo) {
+    // acc: Σ p·norm·α·c in the rotated domain (row dims: out_dim). One query head at a
+    // time through this warp's q buffer: x̂ = s1 · H(s2 · acc) · rot_scale / (α · Σp),
+    // the first C::kD values (TurboCodec::decode, linear, so once per part).
+    float inv[2], lse[2];
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
-    auto total = [&](float v) {
-      if constexpr (PK) v += __shfl_xor_sync(dev::kFull, v, 2);
-      return dev::sum_over_token_lanes(v);
-    };
-    const float l = total(sm.l[c]);
-    const float z = total(zs[c]);
-    const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
-    const int g = 2 * p + c;
-    if (g >= a.group || (PK && !hi_lane)) continue;
-    const int qh_idx = kvh * a.group + g;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
-    // 3-bit values: Σ (1 + c/16)·P'.
-    auto val = [&](float v, bool row8) {
-      if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
-      return (16.f * (v - pp) + z) * inv;
-    };
-    if (a.parts == 1) {
-      __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh;
+    for (int c = 0; c < 2; ++c) {
+      const float l = total(sm.l[c]);
+      inv[c] = l > 0.f ? 1.f / l : 0.f;
+      lse[c] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
+    }
+    const float osc = t.rot_scale / t.lut_scale;
+    for (int g = 0; g < a.group; ++g) {
+      const int c = g & 1;
+      if (p == g >> 1) {  // packed: g < 4, the hi lanes (which now hold hi + lo)
 #pragma unroll
-      for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
-            __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
-    } else {
+        for (int i = 0; i < D / 16; ++i) {
+          qbuf[Q::out_dim(r, i)] = (c ? acc[i][1] : acc[i][0]) * inv[c];
+          qbuf[Q::out_dim(r, i) + 1] = (c ? acc[i][3] : acc[i][2]) * inv[c];
+        }
+      }
+      __syncwarp();
+      float y[D / 32];
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) y[k] = (t.s2[k] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
+      __syncwarp();
+      dev::warp_fwht(y, lane);
+      const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
+      const int qh_idx = kvh * a.group + g;
       const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
-      float* o = a.o_part + row * D;
 #pragma unroll
-      for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<float2*>(o + Q::out_dim(r, i)) = make_float2(val(acc[i][c], false), val(acc[i][c + 2], true));
-      if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
+      for (int k = 0; k < D / 32; ++k) {
+        const int j = lane + 32 * k;
+        if (j >= C::kD) continue;
+        const float v = y[k] * ((t.s1[k] >> lane) & 1u ? -osc : osc);
+        if (a.parts == 1)
+          a.out[int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh + j] = __float2half_rn(v);
+        else
+          a.o_part[row * C::kD + j] = v;
+      }
+      if (a.parts > 1 && lane == 0) a.lse_part[row] = lse_g;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float l = total(sm.l[c]);
+      const float z = total(zs[c]);
+      const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
+      const int g = 2 * p + c;
+      if (g >= a.group || (PK && !hi_lane)) continue;
+      const int qh_idx = kvh * a.group + g;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
+      // 3-bit values: Σ (1 + c/16)·P'.
+      auto val = [&](float v, bool row8) {
+        if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
+        return (16.f * (v - pp) + z) * inv;
+      };
+      if (a.parts == 1) {
+        __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh;
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i)
+          *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
+              __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
+      } else {
+        const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
+        float* o = a.o_part + row * D;
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i)
+          *reinterpret_cast<float2*>(o + Q::out_dim(r, i)) =
+              make_float2(val(acc[i][c], false), val(acc[i][c + 2], true));
+        if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
+      }
     }
   }
 }
@@ -1013,6 +1117,10 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   t.rot_scale = f.rot_scale;
   t.lut_scale = f.lut_scale;
   t.nc = f.norm_correction ? 1 : 0;
+  for (int w = 0; w < 4; ++w) {
+    t.s1[w] = f.turbo_s1[w];
+    t.s2[w] = f.turbo_s2[w];
+  }
   dispatch_decode_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     using Q = QCfg<C>;

@@ -101,6 +101,7 @@ KernelFormat kernel_format(const KvFormat& f) {
       k.turbo_s2[w] = sign_mask(rot.signs2(), w);
     }
     k.rot_scale = float(1.0 / std::sqrt(128.0));
+    k.lut_scale = fp16_friendly_scale(k.centroids, k.levels);  // the decode kernel's LUT
     const auto* tv = dynamic_cast<const TurboCodec*>(f.value.get());
     if (!tv || tv->kind() != tb->kind()) throw unsupported("turbo keys need turbo values of the same kind");
     k.value = ValueKind::turbo;
@@ -121,8 +122,15 @@ KernelFormat kernel_format(const KvFormat& f) {
 }
 
 std::string decode_support(const KernelFormat& f) {
-  if (f.key == KeyKind::turbo)
-    return fmt::format("format '{}': the paged decode kernel has no turbo-block path (store and dequant only)", f.name);
+  if (f.key == KeyKind::turbo) {
+    if (f.key_bits != 4)
+      return fmt::format("format '{}': the paged decode kernel has no turbo3 path (turbo4 only; turbo3 has store "
+                         "and dequant kernels)", f.name);
+    if (f.head_dim > 128)
+      return fmt::format("format '{}': the paged decode kernel takes turbo4 at head_dim 64 and 128 (one block of "
+                         "128 per head), not {}", f.name, f.head_dim);
+    return {};
+  }
   const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||
                                              (f.key_bits == 3 && (f.value_bits == 4 || f.value_bits == 3)))) ||
                   (f.key == KeyKind::fp8 && f.value_bits == 4);
