@@ -124,17 +124,29 @@ struct QCfg {
   // quads' tokens (8·slot apart) land in disjoint banks (rows of 8 contiguous bytes per
   // lane, as the 3-bit path reads them, were 2-way bank conflicted). Word w of row r
   // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
-  static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kVChunk;
+  // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
+  // of qs and a sign nibble).
+  static constexpr int kVRowBytes = kTurbo ? (C::kValueBits == 4 ? 2 : 1) : C::kValueBits == 4 ? 2 : kVChunk;
   // output dim of row r of m-tile i (row r + 8: the next dim)
   static __device__ __forceinline__ int out_dim(int r, int i) {
-    return C::kValueBits == 4 ? 4 * r + 32 * (i >> 1) + 2 * (i & 1) : r * (D / 8) + 2 * i;
+    return C::kValueBits == 4 || kTurbo ? 4 * r + 32 * (i >> 1) + 2 * (i & 1) : r * (D / 8) + 2 * i;
   }
 };
 
+__device__ __forceinline__ uint32_t ld_u8(const uint8_t* p) { return *p; }
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 __device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ float ld_f16(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
+}
+
+// turbo3: the 2-bit codes of 8 dims (q, dim i at bits 2i) and their sign bits (s, dim i
+// at bit i) → the 6-bit pair codes of dims 2k, 2k+1 in byte k: bits 0–3 q's nibble k,
+// bits 4–5 s's bits 2k, 2k+1 (the products place each sign pair without overlaps).
+__device__ __forceinline__ uint32_t turbo3_pairs(uint32_t q, uint32_t s) {
+  uint32_t x = __byte_perm(q, 0u, 0x4140);  // q's bytes → bytes 0 and 2
+  x = (x | (x << 4)) & 0x0f0f0f0fu;          // nibbles → bytes 0–3
+  return x | (((s & 0x33u) * 0x10010u) & 0x00300030u) | (((s & 0xccu) * 0x400400u) & 0x30003000u);
 }
 
 // The 8 key codes of pair-step ps (two k-steps, 32 head dims) for quad lane p
@@ -156,6 +168,8 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     const uint8_t* q = row + 16 * ps + 4 * p;
     w[0] = ld_u16(q);
     w[1] = ld_u16(q + 2);
+  } else if constexpr (QCfg<C>::kTurbo) {  // turbo3: qs from row, the sign plane 32 bytes on
+    w[0] = turbo3_pairs(ld_u16(row + 8 * ps + 2 * p), ld_u8(row + 32 + 4 * ps + p));
   } else {
     const int odd = p & 1;
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
@@ -179,11 +193,13 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word >> 16), __NV_E4M3);
     lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
-  } else if constexpr (QCfg<C>::kWide && C::kKeyBits == 4) {
+  } else if constexpr (QCfg<C>::kWide && (C::kKeyBits == 4 || QCfg<C>::kTurbo)) {
     // lut_lane = 4·lane: PRMT puts the code byte in byte 1 and 4·lane in byte 0
-    const uint32_t sel = P ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;  // planes: both k-steps in one word
-    lo = dev::lds_u32(__byte_perm(w[P ? 0 : h2], lut_lane, sel));
-    hi = dev::lds_u32(__byte_perm(w[P ? 0 : h2], lut_lane, sel + 0x10u));
+    // planes and turbo3 (pair codes in bytes): both k-steps in one word
+    constexpr bool kOneWord = P || C::kKeyBits == 3;
+    const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
+    lo = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel));
+    hi = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u));
   } else if constexpr (QCfg<C>::kWide) {  // 6-bit pair code at bit 8 + b of w[0] → bits 8–13
     const int b0 = 12 * h2, b1 = b0 + 6;
     const uint32_t x0 = b0 ? w[0] >> b0 : w[0];
@@ -424,7 +440,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     constexpr int KB = C::kKeyBits;
     for (int i = tid; i < Q::kLutEntries * Q::kLutCopies; i += nthreads) {
       const int e = i >> 5;
-      lut[e * (Q::kLutRow / 4) + (i & 31)] = dev::pack_half2(s_cen[e & ((1 << KB) - 1)], s_cen[e >> KB]);
+      // pair code → its two dims' centroids (turbo3: see turbo3_pairs)
+      const int lo = Q::kTurbo && KB == 3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
+      const int hi = Q::kTurbo && KB == 3 ? (e >> 2 & 3) | (e >> 3 & 4) : e >> KB;
+      lut[e * (Q::kLutRow / 4) + (i & 31)] = dev::pack_half2(s_cen[lo], s_cen[hi]);
     }
   }
   // qf[0]: hi (PK: hi in columns 0–3, lo in 4–7); qf[1]: lo (G > 4)
@@ -689,7 +708,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       // accumulate straight into acc and the rescale runs only when a running max
       // moved (α ≠ 1 somewhere in the warp: rare after the first tiles). 3-bit values
       // (1 + c/16, whose Σ P' is subtracted at the end) keep the round-to-nearest fold.
-      constexpr bool kAccMma = C::kValueBits == 4;
+      constexpr bool kAccMma = C::kValueBits == 4 || Q::kTurbo;
       if constexpr (kAccMma) {
         if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -734,13 +753,19 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         // dim 2j+1 as row r + 8, so two PRMTs turn the pairs of tokens (2p, 2p+1) into
         // the A registers (two tokens of one dim each).
 #pragma unroll
-        for (int w = 0; w < Q::kVChunk / 2; ++w) {
+        for (int w = 0; w < D / 32; ++w) {
           uint32_t x[2][4][2];  // [half][token 2p, 2p+1, 2p+8, 2p+9][byte e]
 #pragma unroll
           for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-              const uint32_t word = ld_u16(vp[h][u] + 16 * w);
+              uint32_t word;
+              if constexpr (C::kValueBits == 4) {
+                word = ld_u16(vp[h][u] + 16 * w);
+              } else {  // turbo3: qs byte r + 8w, sign nibble (r & 1) of byte r/2 + 4w (vp: + r)
+                const uint8_t* sg = vp[h][u] - r + 32 + (r >> 1) + 4 * w;
+                word = turbo3_pairs(ld_u8(vp[h][u] + 8 * w), ld_u8(sg) >> (4 * (r & 1)) & 15u);
+              }
               key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
             }
 #pragma unroll

@@ -123,12 +123,9 @@ KernelFormat kernel_format(const KvFormat& f) {
 
 std::string decode_support(const KernelFormat& f) {
   if (f.key == KeyKind::turbo) {
-    if (f.key_bits != 4)
-      return fmt::format("format '{}': the paged decode kernel has no turbo3 path (turbo4 only; turbo3 has store "
-                         "and dequant kernels)", f.name);
     if (f.head_dim > 128)
-      return fmt::format("format '{}': the paged decode kernel takes turbo4 at head_dim 64 and 128 (one block of "
-                         "128 per head), not {}", f.name, f.head_dim);
+      return fmt::format("format '{}': the paged decode kernel takes turbo3/turbo4 at head_dim 64 and 128 (one "
+                         "block of 128 per head), not {}", f.name, f.head_dim);
     return {};
   }
   const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||

@@ -221,7 +221,7 @@ double run_decode(const DecodeCase& c) {
 }
 
 const std::vector<std::string> kDecodeFormats = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-                                                 "turboquant_k8v4", "turbo4", "f16"};
+                                                 "turboquant_k8v4", "turbo3", "turbo4", "f16"};
 const std::vector<int> kRagged = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4097};
 
 }  // namespace
@@ -318,7 +318,7 @@ TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
   for (const auto& fmt : kDecodeFormats)
     for (int d : {64, 256})
       for (int bs : {32, 64, 128}) {
-        if (fmt == "turbo4" && d == 256) {  // two blocks, two norms per head: no kernel, a clear refusal
+        if ((fmt == "turbo3" || fmt == "turbo4") && d == 256) {  // two blocks, two norms per head: no kernel, a clear refusal
           const auto kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
           CHECK_THAT(tq::cuda::decode_support(kf), Catch::Matchers::Contains("head_dim 64 and 128"));
           continue;
@@ -343,7 +343,8 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8 and head layouts", "[decode]") {
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
   // (16,16) two head groups (segmented copies); (64,8) G=8.
   for (const auto& fmt :
-       {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo4"), std::string("f16")})
+       {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo3"), std::string("turbo4"),
+        std::string("f16")})
     for (const H h : {H{8, 8}, H{32, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
       DecodeCase c;
       c.fmt = fmt;
@@ -535,9 +536,9 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   pg = p;
   pg.n_q_heads = 3;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("multiple of n_kv_heads"));
-  const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 128));
+  const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 256));  // two blocks per head: no kernel
   tq::cuda::PagedCache pt{cache.as<uint8_t>(), 4, 16, 2, t3.slot_bytes};
-  REQUIRE_THROWS_AS(tq::cuda::plan_decode(t3, pt, p), tq::Error);
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t3, pt, p), Contains("head_dim 64 and 128"));
   tq::cuda::StoreParams sp;
   sp.num_tokens = 5;
   sp.cache = pc;
