@@ -299,7 +299,8 @@ constexpr int kQuadWarps = 4;
 
 template <class C>
 constexpr bool quad_store_supported() {
-  return (C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform;
+  return ((C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform) ||
+         (C::kKey == KeyKind::turbo && C::kValue == ValueKind::turbo);
 }
 template <class C>
 constexpr int quad_slot() {
@@ -357,14 +358,79 @@ __device__ __forceinline__ void stage_codes(uint8_t* dst, int g, uint32_t w) {
   }
 }
 
+// TurboCodec::encode_block in the quad layout: one block's 128 values (32 per lane,
+// j = 32i + 8q + e; d = 64: zeros past the head) → {fp16 corrected norm, qs[, signs]}
+// staged at blk. The same operations as turbo_block, level by level (bitexact.cuh); the
+// codes' centroids replace x in place for the norm correction's tree.
+template <int KB>
+__device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const StoreTables& t, uint32_t mid_base,
+                                                 uint32_t cen_base, float m_top, float m_lo2, float m_hi2, uint8_t* blk) {
+  constexpr int L = 1 << KB;
+  const int q = lane & 3;
+  const float n = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
+  const float inv = n > 1e-10f ? __fdiv_rn(1.0f, n) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {  // element 32(k/8) + 8q + k%8: sign word k/8, bit 8q + k%8
+    const float y = __fmul_rn(x[k], inv);
+    x[k] = (t.s1[k >> 3] >> (8 * q + (k & 7))) & 1u ? -y : y;
+  }
+  dev::fwht<3, 2>(x, lane);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t lo = 0, hi = 0;  // turbo4: 8 nibbles; turbo3: 8 two-bit codes and 8 sign bits
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float sc = (t.s2[i] >> (8 * q + e)) & 1u ? -t.rot_scale : t.rot_scale;  // scale·s2, exact
+      const uint32_t off = bucket_addr<L>(__fmul_rn(x[8 * i + e], sc), mid_base, m_top, m_lo2, m_hi2) - mid_base;
+      const uint32_t idx = off >> 2;
+      x[8 * i + e] = lds_f32(cen_base + off);
+      if constexpr (KB == 4) {
+        lo |= idx << (4 * e);
+      } else {
+        lo |= (idx & 3u) << (2 * e);
+        hi |= (idx >> 2) << e;
+      }
+    }
+    if constexpr (KB == 4) {
+      stage_codes<4>(blk + 2, 4 * i + q, lo);
+    } else {
+      store_u16(blk + 2 + 2 * (4 * i + q), lo);
+      blk[34 + 4 * i + q] = uint8_t(hi);
+    }
+  }
+  const float recon = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
+  if (q == 0) store_u16(blk, __half_as_ushort(__float2half_rn(recon > 1e-10f ? __fdiv_rn(n, recon) : n)));
+}
+
+// The C::kTurboBlocks blocks of one head (E values per lane in the quad layout) → dst.
+template <class C, int E>
+__device__ __forceinline__ void quad_turbo_record(const float (&x)[E], int lane, const StoreTables& t,
+                                                  const float* s_mid, const float* s_cen, uint8_t* dst) {
+  constexpr int L = 1 << C::kKeyBits;
+  const float m_top = t.midpoints[L / 2 - 1], m_lo2 = t.midpoints[L / 4 - 1], m_hi2 = t.midpoints[3 * L / 4 - 1];
+#pragma unroll
+  for (int b = 0; b < C::kTurboBlocks; ++b) {
+    float xb[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) xb[k] = 32 * b + k < E ? x[32 * b + k] : 0.f;
+    quad_turbo_block<C::kKeyBits>(xb, lane, t, dev::smem_u32(s_mid), dev::smem_u32(s_cen), m_top, m_lo2, m_hi2,
+                                  dst + b * C::kTurboBlockBytes);
+  }
+}
+
 template <class C>
-__global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : 8) store_quad_kernel(StoreArgs a, StoreTables t) {
+__global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : C::kKey == KeyKind::turbo ? 6 : 8)
+    store_quad_kernel(StoreArgs a, StoreTables t) {
   constexpr int D = C::kD, NI = D / 32, E = D / 4, SB = quad_slot<C>();
-  __shared__ float s_mid[16];
+  constexpr bool kTurbo = C::kKey == KeyKind::turbo;
+  __shared__ float s_mid[16], s_cen[kTurbo ? 16 : 1];
   __shared__ __align__(16) uint8_t s_slot[kQuadWarps][8 * SB];
   if (threadIdx.x == 0) {  // compile-time indices: no local copy of the parameters
 #pragma unroll
-    for (int i = 0; i < 16; ++i) s_mid[i] = t.midpoints[i];
+    for (int i = 0; i < 16; ++i) {
+      s_mid[i] = t.midpoints[i];
+      if constexpr (kTurbo) s_cen[i] = t.centroids[i];
+    }
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, q = lane & 3;
@@ -389,7 +455,9 @@ __global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : 8) store_q
     float x[E];
 #pragma unroll
     for (int i = 0; i < NI; ++i) unpack8(kraw[i], x + 8 * i);
-    if constexpr (C::kKey == KeyKind::mse) {
+    if constexpr (kTurbo) {
+      quad_turbo_record<C>(x, lane, t, s_mid, s_cen, slot);
+    } else if constexpr (C::kKey == KeyKind::mse) {
       // MseCodec::rotate_unit: the CPU's norm tree and FWHT in the quad layout (bitexact.cuh)
       const float norm = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
       dev::fwht<3, 2>(x, lane);
@@ -427,8 +495,13 @@ __global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : 8) store_q
     }
   }
 
-  // ---- value record (UniformCodec::encode) ----
-  {
+  // ---- value record (UniformCodec::encode, or turbo blocks) ----
+  if constexpr (kTurbo) {
+    float v[E];
+#pragma unroll
+    for (int i = 0; i < NI; ++i) unpack8(vraw[i], v + 8 * i);
+    quad_turbo_record<C>(v, lane, t, s_mid, s_cen, slot + C::kKeyBytes);
+  } else {
     constexpr int qmax = (1 << C::kValueBits) - 1;
     float v[E];
 #pragma unroll

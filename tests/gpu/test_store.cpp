@@ -170,6 +170,11 @@ TEST_CASE("store: strided inputs and many tokens", "[store]") {
   check_store("turboquant_k3v4_nc", 128, 32, 700, 1, 81);
   check_store("turboquant_3bit_nc", 64, 16, 333, 7, 82, 16);
   check_store("turboquant_4bit_nc", 64, 128, 999, 5, 83);
+  // turbo blocks: the quad kernel (aligned rows, many tokens, one kv head) and the warp kernel (unaligned rows)
+  check_store("turbo4", 128, 16, 2000, 8, 84);
+  check_store("turbo3", 256, 32, 700, 1, 85);
+  check_store("turbo3", 128, 16, 300, 3, 86, 3);
+  check_store("turbo4", 64, 32, 300, 5, 87, 1);
 }
 
 TEST_CASE("store: quick subset", "[store][quick]") {
