@@ -1,4 +1,7 @@
-// Paged decode over TurboQuant caches (mse keys + u values; fp8 keys + u values).
+// Paged decode over TurboQuant caches (mse keys + u values; fp8 keys + u values;
+// turbo3/turbo4 blocks for keys and values, d ≤ 128: scores and the value sum in the
+// block's rotated domain, keys and values through the pair LUT, the inverse rotation
+// once per part at the write-out).
 //
 // Per CTA (split, group of hpc kv heads, sequence): hpc × wph warps; warp (h, w)
 // owns head h of 32-token sub-tile w of every pipeline stage and keeps its own
@@ -747,11 +750,11 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         vp[h][3] = vp[h][2] + rm.cst;
       }
       if constexpr (Q::kTurbo) {
-        // turbo4 value blocks: row r's u16 words at bytes 2r + 16w of the qs (as 4-bit
-        // codes: out_dim), each byte the pair code of dims 2j, 2j+1 (j = 2r + 16w + e) →
-        // half2(α·c, α·c′) from the key LUT; m-tile 2w + e takes dim 2j as row r and
-        // dim 2j+1 as row r + 8, so two PRMTs turn the pairs of tokens (2p, 2p+1) into
-        // the A registers (two tokens of one dim each).
+        // turbo value blocks: row r takes dims 4r + 32w … +3 (out_dim) as two pair codes
+        // (turbo4: the u16 at byte 2r + 16w of qs; turbo3: built by turbo3_pairs), pair
+        // e = dims 2j, 2j+1 (j = 2r + 16w + e) → half2(α·c, α·c′) from the key LUT; m-tile
+        // 2w + e takes dim 2j as row r and dim 2j+1 as row r + 8, so two PRMTs turn the
+        // pairs of tokens (2p, 2p+1) into the A registers (two tokens of one dim each).
 #pragma unroll
         for (int w = 0; w < D / 32; ++w) {
           uint32_t x[2][4][2];  // [half][token 2p, 2p+1, 2p+8, 2p+9][byte e]
