@@ -12,7 +12,8 @@
 //   out    fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·o_stride_batch + h·o_stride_head + j
 //   q head h reads kv head h / (n_q_heads / n_kv_heads) (consecutive q heads share a kv head)
 //   out = softmax(attn_scale · q·K̂ᵀ) V̂ over positions [0, seq_lens[i]) of sequence i,
-//   K̂, V̂ = the CPU decode of the slots (mse keys scored in the rotated domain).
+//   K̂, V̂ = the CPU decode of the slots (mse keys scored in the rotated domain;
+//   turbo3/turbo4 blocks: scores and the value sum in the block's rotated domain).
 #pragma once
 
 #include <cstddef>

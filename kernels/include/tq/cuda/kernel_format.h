@@ -55,8 +55,9 @@ struct KernelFormat {
 // head_dim 64, 128 or 256.
 KernelFormat kernel_format(const KvFormat& format);
 
-// Whether the paged decode kernel handles this format (turbo blocks: store and
-// dequant only). Empty string = yes; otherwise the reason.
+// Whether the paged decode kernel handles this format (the presets and mse/fp8 +
+// u3/u4 specs it instantiates; turbo3/turbo4 at head_dim 64 and 128 — one block per
+// head). Empty string = yes; otherwise the reason.
 std::string decode_support(const KernelFormat& f);
 
 // Whether the store and decode kernels handle this format in the plane layout
