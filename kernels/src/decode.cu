@@ -455,38 +455,33 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   for (int n = 0; n < NQ; ++n)
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) qf[n][ks][0] = qf[n][ks][1] = 0u;
-  for (int g = 0; g < a.group; ++g) {
+  // query head g (turbo: s1 · q, zero-padded to the block) in registers, element
+  // lane + 32k; the FWHT across the warp (shuffles), then through qbuf into the
+  // fragment order. The next head's loads are issued before this head's work.
+  auto load_q = [&](int g, float (&y)[D / 32]) {
     const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh;
-    if constexpr (Q::kTurbo) {  // s1 · q, zero-padded to the block
 #pragma unroll
-      for (int k = 0; k < D / 32; ++k) {
-        const int j = lane + 32 * k;
-        const float v = j < C::kD ? __half2float(qrow[j]) : 0.f;
-        qbuf[j] = (t.s1[k] >> lane) & 1u ? -v : v;
-      }
-    } else {
-      for (int j = lane; j < D; j += 32) qbuf[j] = __half2float(qrow[j]);
+    for (int k = 0; k < D / 32; ++k) {
+      const int j = lane + 32 * k;
+      const float v = j < C::kD ? __half2float(qrow[j]) : 0.f;
+      y[k] = Q::kTurbo && (t.s1[k] >> lane) & 1u ? -v : v;
     }
-    __syncwarp();
+  };
+  float y_next[D / 32];
+  load_q(0, y_next);
+  for (int g = 0; g < a.group; ++g) {
+    float y[D / 32];
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k) y[k] = y_next[k];
+    if (g + 1 < a.group) load_q(g + 1, y_next);
     float sc = 1.f;
     if constexpr (Q::kLut) {
-      for (int h = 1; h < D; h <<= 1) {  // FWHT: any order is fine here (not bit-exact code)
-        for (int i = lane; i < D / 2; i += 32) {
-          const int j = (i / h) * 2 * h + i % h;
-          const float x = qbuf[j], y = qbuf[j + h];
-          qbuf[j] = x + y;
-          qbuf[j + h] = x - y;
-        }
-        __syncwarp();
-      }
+      dev::warp_fwht(y, lane);
       sc = t.rot_scale;
-      if constexpr (Q::kTurbo) {  // · s2
-#pragma unroll
-        for (int k = 0; k < D / 32; ++k)
-          if ((t.s2[k] >> lane) & 1u) qbuf[lane + 32 * k] = -qbuf[lane + 32 * k];
-        __syncwarp();
-      }
     }
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = Q::kTurbo && (t.s2[k] >> lane) & 1u ? -y[k] : y[k];
+    __syncwarp();
     const bool mine = PK ? (r & 3) == g : r == g;
     if (mine) {
       const bool lo_col = PK && r >= 4;
