@@ -1,7 +1,8 @@
 // Fused store kernels; bytes equal KvFormat::encode_slots.
-// - store_quad_kernel (mse or fp8 keys + uniform values: the turboquant_* presets,
-//   vLLM layout, 16-byte-aligned fp16 rows): four lanes per token-head, see below.
-// - store_kernel (everything else: turbo blocks, the plane layout, unaligned rows):
+// - store_quad_kernel (mse or fp8 keys + uniform values — the turboquant_* presets —
+//   and turbo3/turbo4 blocks; vLLM layout, 16-byte-aligned fp16 rows): four lanes
+//   per token-head, see below.
+// - store_kernel (everything else: the plane layout, unaligned rows):
 //   one warp per token-head computes the key record (norm, Hadamard rotation,
 //   bucketize, pack — or the fp8 cast, or turbo blocks) and the value record
 //   (min/max quantize — or turbo blocks) in registers, builds the slot in shared
