@@ -87,7 +87,7 @@ int cache_copies(size_t bytes) {
 }
 
 // The block table of every sequence, in the order BenchShape::pages asks for.
-std::vector<int32_t> shuffled_table(const BenchShape& s, int pages_per_seq, uint64_t seed) {
+std::vector<int32_t> block_tables(const BenchShape& s, int pages_per_seq, uint64_t seed) {
   std::vector<int32_t> t(size_t(s.batch) * size_t(pages_per_seq));
   std::iota(t.begin(), t.end(), 0);
   if (s.pages == BenchShape::Pages::resident)
@@ -110,7 +110,7 @@ struct DecodeSetup {
 
 DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
   DecodeSetup d;
-  const auto tab = shuffled_table(s, pages_per_seq, 1);
+  const auto tab = block_tables(s, pages_per_seq, 1);
   d.table = std::make_unique<Buf>(tab.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(d.table->p, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> lens(size_t(s.batch), s.ctx);
@@ -164,7 +164,7 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
 
   // Fill copy 0 through the store kernel (random fp16 K/V), chunk by chunk.
   {
-    const std::vector<int32_t> tab = shuffled_table(s, pages, 1);
+    const std::vector<int32_t> tab = block_tables(s, pages, 1);
     const int64_t total = int64_t(s.batch) * s.ctx;
     const int64_t chunk = std::min<int64_t>(total, 32768);
     const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;

@@ -129,7 +129,7 @@ struct QCfg {
   // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
   // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
   // of qs and a sign nibble).
-  static constexpr int kVRowBytes = kTurbo ? (C::kValueBits == 4 ? 2 : 1) : C::kValueBits == 4 ? 2 : kVChunk;
+  static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kTurbo ? 1 : kVChunk;
   // output dim of row r of m-tile i (row r + 8: the next dim)
   static __device__ __forceinline__ int out_dim(int r, int i) {
     return C::kValueBits == 4 || kTurbo ? 4 * r + 32 * (i >> 1) + 2 * (i & 1) : r * (D / 8) + 2 * i;
@@ -623,9 +623,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           rescale_sums();
         }
         const uint8_t* f0 = mb + rm.scz + r * rm.mst;
-        const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 && !Q::kTurbo ? ld_f16(f0 + 2) : 0.f;
-        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f;
-        const float z1 = v1 && !Q::kTurbo ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+        const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
+        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
         const float pv[4] = {x4[0] * sc0, x4[1] * sc0, x4[2] * sc1, x4[3] * sc1};
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -684,9 +683,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         for (int h = 0; h < 2; ++h) {
           const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
           const bool v0 = valid(16 * h + r), v1 = valid(16 * h + r + 8);
-          const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 && !Q::kTurbo ? ld_f16(f0 + 2) : 0.f;
-          const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f;
-          const float z1 = v1 && !Q::kTurbo ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+          const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
+          const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
@@ -861,6 +859,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     return dev::sum_over_token_lanes(v);
   };
   if constexpr (Q::kTurbo) {
+    // (no value zero: the Σ p·zero terms, read from the value qs, are dead here)
     // acc: Σ p·norm·α·c in the rotated domain (row dims: out_dim). One query head at a
     // time through this warp's q buffer: x̂ = s1 · H(s2 · acc) · rot_scale / (α · Σp),
     // the first C::kD values (TurboCodec::decode, linear, so once per part).

@@ -365,7 +365,8 @@ __device__ __forceinline__ void stage_codes(uint8_t* dst, int g, uint32_t w) {
 // codes' centroids replace x in place for the norm correction's tree.
 template <int KB>
 __device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const StoreTables& t, uint32_t mid_base,
-                                                 uint32_t cen_base, float m_top, float m_lo2, float m_hi2, uint8_t* blk) {
+                                                 uint32_t cen_base, float m_top, float m_lo2, float m_hi2,
+                                                 uint8_t* blk) {
   constexpr int L = 1 << KB;
   const int q = lane & 3;
   const float n = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));

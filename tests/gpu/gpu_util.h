@@ -72,8 +72,6 @@ inline std::vector<float> halves_to_floats(const std::vector<uint16_t>& h) {
   return f;
 }
 
-// A paged layout for sequences of the given lengths: shuffled physical blocks,
-// a few spare blocks nobody owns; table entries beyond a sequence are -1.
 // A random permutation of 0 … n−1 (Fisher–Yates on rng.below).
 template <class T>
 inline std::vector<T> shuffled_iota(size_t n, tq::Rng& rng) {
@@ -93,6 +91,8 @@ inline std::vector<int64_t> random_slot_mapping(tq::Rng& rng, int64_t slots, int
   return mapping;
 }
 
+// A paged layout for sequences of the given lengths: shuffled physical blocks,
+// a few spare blocks nobody owns; table entries beyond a sequence are -1.
 struct Paging {
   int block_size = 16, batch = 0, stride = 0;
   int64_t num_blocks = 0;

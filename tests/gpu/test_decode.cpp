@@ -318,7 +318,8 @@ TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
   for (const auto& fmt : kDecodeFormats)
     for (int d : {64, 256})
       for (int bs : {32, 64, 128}) {
-        if ((fmt == "turbo3" || fmt == "turbo4") && d == 256) {  // two blocks, two norms per head: no kernel, a clear refusal
+        // turbo at d = 256: two blocks, two norms per head — no kernel, a clear refusal
+        if ((fmt == "turbo3" || fmt == "turbo4") && d == 256) {
           const auto kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
           CHECK_THAT(tq::cuda::decode_support(kf), Catch::Matchers::Contains("head_dim 64 and 128"));
           continue;
