@@ -392,21 +392,25 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   };
   const int fill_pages = warp == 0 ? load_pages(0, kFill * hw) : 0;  // tiles 0 … kFill − 1
   int next_pages = 0;
-  // query head g (turbo: s1 · q, zero-padded to the block) in registers, element
-  // lane + 32k; the FWHT across the warp (shuffles), then through qbuf into the
-  // fragment order. The next head's loads are issued before this head's work (the
-  // first head's at the start, with the producer's block-table loads).
-  auto load_q = [&](int g, float (&y)[D / 32]) {
-    const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh;
+  // Packed kernels (G ≤ 4): the query heads' elements lane + 32k, fp16 as loaded, two
+  // heads per register, all G heads' loads issued here with the producer's block-table
+  // loads: one global round trip before the prologue below instead of one per head
+  // (~1 µs each: q comes from HBM). (G > 4: the loads go one head ahead in the prologue;
+  // 8 heads' registers made the register allocation of those kernels spill more.)
+  __half2 qraw[PK ? 2 : 1][D / 32];
+  if constexpr (PK) {
 #pragma unroll
-    for (int k = 0; k < D / 32; ++k) {
-      const int j = lane + 32 * k;
-      const float v = j < C::kD ? __half2float(qrow[j]) : 0.f;
-      y[k] = Q::kTurbo && (t.s1[k] >> lane) & 1u ? -v : v;
+    for (int i = 0; i < 2; ++i) {
+      const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + 2 * i) * a.q_sh;
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const int j = lane + 32 * k;
+        const bool in = j < C::kD;
+        qraw[i][k].x = 2 * i < a.group && in ? qrow[j] : __ushort_as_half(0);
+        qraw[i][k].y = 2 * i + 1 < a.group && in ? qrow[j + a.q_sh] : __ushort_as_half(0);
+      }
     }
-  };
-  float y_next[D / 32];
-  load_q(0, y_next);
+  }
   // pages: lane src0 + x holds the page of half x of tile j
   auto issue = [&](int j, int s, int pages, int src0) {
     const int t_first = rg.begin + j * tile;
@@ -437,12 +441,19 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     }
   };
 
+  // Centroids → shared (indexing the parameter array at run time would copy it to the
+  // local-memory stack), set up with the barriers, before warp 0 waits for its pages.
+  __shared__ float s_cen[16];
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       dev::mbar_init(full0 + 8u * s, 1);
       dev::mbar_init(empty0 + 8u * s, nwarps);
     }
     dev::mbar_fence_init();
+    if constexpr (Q::kLut) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_cen[i] = t.lut_scale * t.centroids[i];
+    }
   }
   __syncthreads();
   if (warp == 0) {
@@ -452,17 +463,11 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 
   // ---- prologue: LUT and the rotated query fragments (overlaps the first loads) ----
   if constexpr (Q::kLut) {
-    // Centroids → shared first (indexing the parameter array at run time would
-    // copy it to the local-memory stack).
-    __shared__ float s_cen[16];
-    if (tid == 0) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s_cen[i] = t.lut_scale * t.centroids[i];
-    }
-    __syncthreads();
     constexpr int KB = C::kKeyBits;
     static_assert(Q::kLutCopies == 32, "LUT rows: 32 lane copies, written 4 at a time");
-    for (int i = tid; i < Q::kLutEntries * 8; i += nthreads) {  // entry i / 8, lane copies 4·(i % 8) …
+    // written by warps 1… (warp 0 issues the first stages meanwhile)
+    const int t0 = nwarps > 1 ? 32 : 0;
+    for (int i = tid - t0; i >= 0 && i < Q::kLutEntries * 8; i += nthreads - t0) {  // entry i / 8, lane copies 4·(i % 8) …
       const int e = i >> 3;
       // pair code → its two dims' centroids (turbo3: see turbo3_pairs)
       const int lo = Q::kTurbo && KB == 3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
@@ -477,11 +482,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   for (int n = 0; n < NQ; ++n)
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) qf[n][ks][0] = qf[n][ks][1] = 0u;
-  for (int g = 0; g < a.group; ++g) {
-    float y[D / 32];
-#pragma unroll
-    for (int k = 0; k < D / 32; ++k) y[k] = y_next[k];
-    if (g + 1 < a.group) load_q(g + 1, y_next);
+  // query head g (turbo: s1 · q, zero-padded to the block) in registers, element
+  // lane + 32k: the FWHT across the warp (shuffles), then through qbuf into the
+  // fragment order
+  auto q_head = [&](int g, float (&y)[D / 32]) {
     float sc = 1.f;
     if constexpr (Q::kLut) {
       dev::warp_fwht(y, lane);
@@ -512,6 +516,35 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       }
     }
     __syncwarp();
+  };
+  auto s1_sign = [&](int k, float v) { return Q::kTurbo && (t.s1[k] >> lane) & 1u ? -v : v; };
+  if constexpr (PK) {
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      if (g >= a.group) break;
+      float y[D / 32];
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) y[k] = s1_sign(k, __half2float(g & 1 ? qraw[g / 2][k].y : qraw[g / 2][k].x));
+      q_head(g, y);
+    }
+  } else {  // the next head's loads are issued before this head's work
+    auto load_q = [&](int g, float (&y)[D / 32]) {
+      const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh;
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const int j = lane + 32 * k;
+        y[k] = s1_sign(k, j < C::kD ? __half2float(qrow[j]) : 0.f);
+      }
+    };
+    float y_next[D / 32];
+    load_q(0, y_next);
+    for (int g = 0; g < a.group; ++g) {
+      float y[D / 32];
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) y[k] = y_next[k];
+      if (g + 1 < a.group) load_q(g + 1, y_next);
+      q_head(g, y);
+    }
   }
   // score → log2-domain logit: · norm16 · (nc ? 1/sqrt(Σ(αc)²) : 1/α) · attn_scale · log2 e
   const float raw_scale = Q::kLut && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
