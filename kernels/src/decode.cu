@@ -382,15 +382,15 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   // Block-table entries one refill ahead: lane x < 2·wph holds the page of half x of
   // the next tile to issue, loaded while the current refill goes out, so the producer
   // warp never stalls on a global load (an L2 round trip per stage made warp 0 the
-  // slowest warp, and the ring moves at its pace). The first kFill tiles' entries are
-  // loaded at once (lane x: tile x / 2·wph), before the barriers are set up: one
+  // slowest warp, and the ring moves at its pace). The first fill_tiles tiles' entries
+  // are loaded at once (lane x: tile x / 2·wph), before the barriers are set up: one
   // round trip at the start instead of one per stage ahead of warp 0's prologue.
-  const int hw = 2 * wph, kFill = 32 / hw;
+  const int hw = 2 * wph, fill_tiles = 32 / hw;
   auto load_pages = [&](int j, int lanes) -> int {  // lane x < lanes: half x % 2·wph of tile j + x / 2·wph
     const int jj = j + lane / hw, tj = rg.begin + jj * tile + 16 * (lane % hw);
     return lane < lanes && jj < rg.tiles && tj < rg.end ? btab[tj >> a.log2_block_size] : 0;
   };
-  const int fill_pages = warp == 0 ? load_pages(0, kFill * hw) : 0;  // tiles 0 … kFill − 1
+  const int fill_pages = warp == 0 ? load_pages(0, fill_tiles * hw) : 0;  // tiles 0 … fill_tiles − 1
   int next_pages = 0;
   // Packed kernels (G ≤ 4): the query heads' elements lane + 32k, fp16 as loaded, two
   // heads per register, all G heads' loads issued here with the producer's block-table
@@ -457,17 +457,20 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   }
   __syncthreads();
   if (warp == 0) {
-    for (int j = 0; j < S && j < rg.tiles; ++j) issue(j, j, j < kFill ? fill_pages : load_pages(j, hw), j < kFill ? j * hw : 0);
-    next_pages = S < kFill ? __shfl_sync(dev::kFull, fill_pages, (S * hw + lane) & 31) : load_pages(S, hw);
+    for (int j = 0; j < S && j < rg.tiles; ++j)
+      issue(j, j, j < fill_tiles ? fill_pages : load_pages(j, hw), j < fill_tiles ? j * hw : 0);
+    // tile S's pages to lanes 0 … 2·wph − 1 (the other lanes' values are not used)
+    next_pages = S < fill_tiles ? __shfl_sync(dev::kFull, fill_pages, (S * hw + lane) & 31) : load_pages(S, hw);
   }
 
   // ---- prologue: LUT and the rotated query fragments (overlaps the first loads) ----
   if constexpr (Q::kLut) {
     constexpr int KB = C::kKeyBits;
     static_assert(Q::kLutCopies == 32, "LUT rows: 32 lane copies, written 4 at a time");
-    // written by warps 1… (warp 0 issues the first stages meanwhile)
-    const int t0 = nwarps > 1 ? 32 : 0;
-    for (int i = tid - t0; i >= 0 && i < Q::kLutEntries * 8; i += nthreads - t0) {  // entry i / 8, lane copies 4·(i % 8) …
+    // entry i / 8, lane copies 4·(i % 8) … +3, written by warps 1… (warp 0 issues the
+    // first stages meanwhile)
+    const int first = nwarps > 1 ? 32 : 0;
+    for (int i = tid - first; i >= 0 && i < Q::kLutEntries * 8; i += nthreads - first) {
       const int e = i >> 3;
       // pair code → its two dims' centroids (turbo3: see turbo3_pairs)
       const int lo = Q::kTurbo && KB == 3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
