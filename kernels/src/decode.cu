@@ -891,6 +891,13 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     }
   }
 
+  // The merge kernel (a programmatic dependent launch) may start launching now: its CTAs
+  // wait in griddepcontrol.wait until this grid has finished and its writes are visible,
+  // so its launch overlaps the write-out instead of following the last CTA's exit.
+  // (Signalled at the start of stage 1 instead, run 15b, the waiting merge CTAs took SM
+  // slots during the main loop and both decodes got slower.)
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
   // ---- write this warp's part: O = (Σ c·P' (scaled back) + Σ p·zero) / Σ p ----
   if constexpr (PK) {  // add the lo columns (lanes p + 2) to the hi columns
 #pragma unroll
@@ -992,6 +999,7 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   __shared__ float wmax[32];
   const int b = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, nwarps = (blockDim.x + 31) >> 5;
   const int64_t row0 = (int64_t(b) * a.n_q_heads + h) * a.parts;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
   float mx = -INFINITY;
   for (int i = tid; i < a.parts; i += blockDim.x) {
     wgt[i] = a.lse_part[row0 + i];
@@ -1075,9 +1083,19 @@ int decode_device_sms() { return decode_device_sms_impl(); }
 int decode_device_smem_optin() { return decode_device_smem_optin_impl(); }
 
 void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStream_t stream) {
-  merge_kernel<<<dim3(unsigned(a.n_q_heads), unsigned(batch)), head_dim / 2, size_t(a.parts) * sizeof(float), stream>>>(
-      a, head_dim);
-  TQ_CUDA_CHECK(cudaGetLastError());
+  // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
+  // kernel does not signal, so there the merge launches when stage 1 exits, as before)
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(a.n_q_heads), unsigned(batch));
+  cfg.blockDim = dim3(unsigned(head_dim / 2));
+  cfg.dynamicSmemBytes = size_t(a.parts) * sizeof(float);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel, a, head_dim));
 }
 
 // Heads per CTA, warps per head and ring depth shared by both decode planners.
