@@ -397,11 +397,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   // loads: one global round trip before the prologue below instead of one per head
   // (~1 µs each: q comes from HBM). (G > 4: the loads go one head ahead in the prologue;
   // 8 heads' registers made the register allocation of those kernels spill more.)
+  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh; };  // head g
   __half2 qraw[PK ? 2 : 1][D / 32];
   if constexpr (PK) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + 2 * i) * a.q_sh;
+      const __half* qrow = q_row(2 * i);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
         const int j = lane + 32 * k;
@@ -532,7 +533,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     }
   } else {  // the next head's loads are issued before this head's work
     auto load_q = [&](int g, float (&y)[D / 32]) {
-      const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh;
+      const __half* qrow = q_row(g);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
         const int j = lane + 32 * k;
@@ -906,6 +907,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       for (int j = 0; j < 4; ++j) acc[i][j] += __shfl_xor_sync(dev::kFull, acc[i][j], 2);
   }
   const int part = split * wph + ws;
+  auto part_row = [&](int qh_idx) { return (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part; };  // workspace row
   // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
   auto total = [&](float v) {
     if constexpr (PK) v += __shfl_xor_sync(dev::kFull, v, 2);
@@ -941,7 +943,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       dev::warp_fwht(y, lane);
       const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
       const int qh_idx = kvh * a.group + g;
-      const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
+      const int64_t row = part_row(qh_idx);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
         const int j = lane + 32 * k;
@@ -977,7 +979,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
               __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
       } else {
-        const int64_t row = (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part;
+        const int64_t row = part_row(qh_idx);
         float* o = a.o_part + row * D;
 #pragma unroll
         for (int i = 0; i < D / 16; ++i)
