@@ -31,7 +31,8 @@
 //            conflict-free 4-byte load from the lane's own copy. d ≤ 128: one 16-warp
 //            CTA per SM shares a LUT of 256-byte rows at shared address 64K, so the
 //            entry address is a single PRMT of the code byte with 64K | 4·lane (3-bit
-//            keys: SHF + LOP3); d = 256: 128-byte rows, PRMT + LEA. α
+//            keys: from the word or the word >> 4, rows keyed by a byte's low or high
+//            6 bits: QCfg::kSplitLut); d = 256: 128-byte rows, PRMT + LEA. α
 //            (KernelFormat::lut_scale) makes α·c nearly exact in fp16 (7.4e-5).
 //            The query fragments use the same dim order (built once).
 //   nc norm: Σ(α·c)² of each token on the tensor cores: per k-step four m16n8k8
@@ -109,14 +110,18 @@ struct QCfg {
   static constexpr int kKSteps = D / 16;
   static constexpr bool kMse = C::kKey == KeyKind::mse;
   static constexpr bool kLut = kMse || kTurbo;  // keys through the centroid-pair LUT
-  static constexpr int kLutEntries = kLut ? 1 << (2 * C::kKeyBits) : 0;
-  static constexpr int kLutCopies = 32;                           // one per lane: conflict-free
+  static constexpr int kLutCopies = 32;          // one per lane: conflict-free
   // d ≤ 128 ("wide LUT"): one 16-warp CTA per SM shares a LUT of 256-byte rows in
-  // dynamic shared memory, so an entry address is (code << 8) | 4·lane: one PRMT
-  // (4-bit) or SHF + LOP3 (3-bit), the LUT base being the load's immediate offset.
-  // Half of each row is unused (64 KB for 4-bit keys). d = 256: 128-byte rows in
-  // static shared memory, two 8-warp CTAs… (registers: one), address = LEA.
+  // dynamic shared memory, so an entry address is (code byte << 8) | 4·lane: one PRMT.
+  // Half of each row is unused (64 KB for 4-bit keys), except with 3-bit mse keys
+  // ("split LUT"): row e's first half holds pair code e & 63 (a pair at bits 0–5 of a
+  // byte), its second half pair code e >> 2 (bits 2–7), so every pair of a lane's 24
+  // code bits is one PRMT from the word or from the word shifted by 4 (key_frag).
+  // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
+  // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128;
+  static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
+  static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
   static constexpr int kLutRow = kWide ? 256 : 128;
   static constexpr int kLutBytes = kLutEntries * kLutRow;
   static constexpr int kCtaWarps = kWide ? 16 : 8;
@@ -176,10 +181,12 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
   } else {
     const int odd = p & 1;
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
-    if constexpr (QCfg<C>::kWide)  // the 24 bits shifted left by 8: [0, b0, b1, b2] (one PRMT)
+    if constexpr (QCfg<C>::kWide) {  // the 24 bits shifted left by 8: [0, b0, b1, b2] (one PRMT)
       w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), odd ? 0x5412u : 0x4102u);
-    else
+      w[1] = w[0] >> 4;  // pairs 1 and 2 on byte boundaries (split LUT)
+    } else {
       w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
+    }
   }
 }
 
@@ -203,12 +210,13 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
     lo = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel));
     hi = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u));
-  } else if constexpr (QCfg<C>::kWide) {  // 6-bit pair code at bit 8 + b of w[0] → bits 8–13
-    const int b0 = 12 * h2, b1 = b0 + 6;
-    const uint32_t x0 = b0 ? w[0] >> b0 : w[0];
-    const uint32_t x1 = w[0] >> b1;
-    lo = dev::lds_u32((x0 & 0x3f00u) | lut_lane);
-    hi = dev::lds_u32((x1 & 0x3f00u) | lut_lane);
+  } else if constexpr (QCfg<C>::kWide) {
+    // split LUT: pair j at bits 8 + 6j … of w[0]: pair 0 = low 6 bits of byte 1 of w[0]
+    // (first row half), pair 1 = high 6 of byte 1 of w[1] = w[0] >> 4 (second half),
+    // pair 2 = low 6 of byte 2 of w[1], pair 3 = high 6 of byte 3 of w[0]
+    const uint32_t lut_hi = lut_lane | 0x80u;
+    lo = dev::lds_u32(__byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u));
+    hi = dev::lds_u32(__byte_perm(w[1 - h2], lut_hi, h2 ? 0x7634u : 0x7614u));
   } else if constexpr (C::kKeyBits == 4) {
     const uint32_t sel = P ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;  // planes: both k-steps in one word
     lo = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel) << 7));
@@ -468,16 +476,18 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   if constexpr (Q::kLut) {
     constexpr int KB = C::kKeyBits;
     static_assert(Q::kLutCopies == 32, "LUT rows: 32 lane copies, written 4 at a time");
-    // entry i / 8, lane copies 4·(i % 8) … +3, written by warps 1… (warp 0 issues the
-    // first stages meanwhile)
+    // row i / kChunks, lane copies 4·(i % 8) … +3 (split LUT: chunks 8… are the row's
+    // second half), written by warps 1… (warp 0 issues the first stages meanwhile)
+    constexpr int kChunks = Q::kSplitLut ? 16 : 8;
     const int first = nwarps > 1 ? 32 : 0;
-    for (int i = tid - first; i >= 0 && i < Q::kLutEntries * 8; i += nthreads - first) {
-      const int e = i >> 3;
+    for (int i = tid - first; i >= 0 && i < Q::kLutEntries * kChunks; i += nthreads - first) {
+      const int row = i / kChunks, chunk = i % kChunks;
+      const int e = Q::kSplitLut ? (chunk < 8 ? row & 63 : row >> 2) : row;
       // pair code → its two dims' centroids (turbo3: see turbo3_pairs)
       const int lo = Q::kTurbo && KB == 3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
       const int hi = Q::kTurbo && KB == 3 ? (e >> 2 & 3) | (e >> 3 & 4) : e >> KB;
       const uint32_t v = dev::pack_half2(s_cen[lo], s_cen[hi]);
-      *reinterpret_cast<uint4*>(lut + e * (Q::kLutRow / 4) + 4 * (i & 7)) = make_uint4(v, v, v, v);
+      *reinterpret_cast<uint4*>(lut + row * (Q::kLutRow / 4) + 4 * chunk) = make_uint4(v, v, v, v);
     }
   }
   // qf[0]: hi (PK: hi in columns 0–3, lo in 4–7); qf[1]: lo (G > 4)
