@@ -39,7 +39,9 @@
 //            MMAs whose B operand is the tile's own key registers (tokens 0–7 /
 //            8–15 as columns); the diagonal is each token's sum of squares of the
 //            same fp16 centroids the scores use. (Two m16n8k16 need B = {a0, a2},
-//            not a register pair: 4 extra moves per k-step, run 13a.)
+//            not a register pair: 4 extra moves per k-step; G > 4 kernels use them
+//            anyway, their register allocation spills less so, run 17.) Integer
+//            sums of squares from 8-byte LUT entries instead: 12–17% slower (spills).
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
 //            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed", PK): hi in
 //            MMA columns 0–3, lo in columns 4–7 of one MMA (G ≤ 8 runs hi and lo as
@@ -622,11 +624,16 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             key_frag<C, P>(kw[h][1], h2, lut_lane, af[1], af[3]);
             dev::mma_16816(sa[h][0], af, qf[0][ks][0], qf[0][ks][1]);
             if constexpr (!PK) dev::mma_16816(sa[h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
-            if constexpr (Q::kMse) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
+            if constexpr (Q::kMse && PK) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
               dev::mma_1688(qa[h], af[0], af[1], af[0]);  // columns: tokens 0–7
               dev::mma_1688(qb[h], af[0], af[1], af[1]);  // columns: tokens 8–15
               dev::mma_1688(qa[h], af[2], af[3], af[2]);
               dev::mma_1688(qb[h], af[2], af[3], af[3]);
+            } else if constexpr (Q::kMse) {
+              // G > 4: two m16n8k16 (B = {a0, a2}, {a1, a3}: register moves), fewer spills in these
+              // register-bound kernels, ~1% faster at GQA 8 (run 17; G ≤ 4: 4bit_nc −0.4%, k3v4_nc +0.8%)
+              dev::mma_16816(qa[h], af, af[0], af[2]);
+              dev::mma_16816(qb[h], af, af[1], af[3]);
             }
           }
         }
