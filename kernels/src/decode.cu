@@ -40,7 +40,7 @@
 //            8–15 as columns); the diagonal is each token's sum of squares of the
 //            same fp16 centroids the scores use. (Two m16n8k16 need B = {a0, a2},
 //            not a register pair: 4 extra moves per k-step; G > 4 kernels use them
-//            anyway, their register allocation spills less so, run 17.) Integer
+//            anyway: their register allocation then spills less, run 17.) Integer
 //            sums of squares from 8-byte LUT entries instead: 12–17% slower (spills).
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
 //            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed", PK): hi in
@@ -478,8 +478,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   if constexpr (Q::kLut) {
     constexpr int KB = C::kKeyBits;
     static_assert(Q::kLutCopies == 32, "LUT rows: 32 lane copies, written 4 at a time");
-    // row i / kChunks, lane copies 4·(i % 8) … +3 (split LUT: chunks 8… are the row's
-    // second half), written by warps 1… (warp 0 issues the first stages meanwhile)
+    // row i / kChunks, lane copies 4·(chunk % 8) … +3 (split LUT: chunks 8… are the
+    // row's second half), written by warps 1… (warp 0 issues the first stages meanwhile)
     constexpr int kChunks = Q::kSplitLut ? 16 : 8;
     const int first = nwarps > 1 ? 32 : 0;
     for (int i = tid - first; i >= 0 && i < Q::kLutEntries * kChunks; i += nthreads - first) {
