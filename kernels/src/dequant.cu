@@ -1,7 +1,10 @@
-// Paged dequant to fp16: one warp per token-head. Keys are inverse-rotated to
-// the original basis with the CPU decoder's exact float32 operation order, so
-// k_out == half(MseCodec/TurboCodec/PlainCodec::decode) bit for bit; values are
-// code·scale16 + zero16 (one rounding each, as UniformCodec::decode).
+// Paged dequant to fp16 or bf16: one warp per token-head. Keys are inverse-rotated
+// to the original basis with the CPU decoder's exact float32 operation order, so
+// k_out == half(MseCodec/TurboCodec/PlainCodec::decode) (or bf16(…)) bit for bit;
+// values are code·scale16 + zero16 (one rounding each, as UniformCodec::decode).
+#include <type_traits>
+
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include "bitexact.cuh"
@@ -28,9 +31,16 @@ struct DequantArgs {
   int table_stride;
   const int32_t* seq_lens;
   const int32_t* out_offsets;
-  __half* k_out;
-  __half* v_out;
+  void* k_out;
+  void* v_out;
 };
+
+// float32 → the output type, round to nearest even (as tq::float_to_half / float_to_bf16)
+template <class T>
+__device__ __forceinline__ T to_out(float x) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
+  else return __float2bfloat16_rn(x);
+}
 
 template <int B>
 __device__ __forceinline__ int code_at(const uint8_t* s, int j) {
@@ -66,9 +76,9 @@ __device__ void turbo_decode_block(const uint8_t* blk, int lane, float rot_scale
   }
 }
 
-// A record of C::kTurboBlocks blocks → the first D fp16 outputs (d = 64: one zero-padded block).
-template <class C, int KB>
-__device__ __forceinline__ void turbo_decode_record(const uint8_t* rec, __half* out, int lane, float rot_scale,
+// A record of C::kTurboBlocks blocks → the first D outputs (d = 64: one zero-padded block).
+template <class C, int KB, class T>
+__device__ __forceinline__ void turbo_decode_record(const uint8_t* rec, T* out, int lane, float rot_scale,
                                                     const float* s_cen, const uint32_t* s_signs) {
 #pragma unroll
   for (int b = 0; b < C::kTurboBlocks; ++b) {
@@ -76,11 +86,11 @@ __device__ __forceinline__ void turbo_decode_record(const uint8_t* rec, __half* 
     turbo_decode_block<KB>(rec + b * C::kTurboBlockBytes, lane, rot_scale, s_cen, s_signs, y);
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      if (128 * b + lane + 32 * k < C::kD) out[128 * b + lane + 32 * k] = __float2half_rn(y[k]);
+      if (128 * b + lane + 32 * k < C::kD) out[128 * b + lane + 32 * k] = to_out<T>(y[k]);
   }
 }
 
-template <class C>
+template <class C, class T>
 __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, DequantTables t) {
   constexpr int D = C::kD;
   constexpr int E = D / 32;
@@ -115,8 +125,8 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
   __syncwarp();
 
   const int64_t row = (int64_t(a.out_offsets[seq]) + pos) * a.n_kv_heads + h;
-  __half* ko = a.k_out + row * D;
-  __half* vo = a.v_out + row * D;
+  T* ko = static_cast<T*>(a.k_out) + row * D;
+  T* vo = static_cast<T*>(a.v_out) + row * D;
 
   if constexpr (C::kKey == KeyKind::mse) {
     float c[E];
@@ -128,16 +138,16 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
     for (int k = 0; k < E; ++k) c[k] = __fmul_rn(c[k], scale);
     dev::warp_fwht(c, lane);
 #pragma unroll
-    for (int k = 0; k < E; ++k) ko[lane + 32 * k] = __float2half_rn(__fmul_rn(c[k], t.rot_scale));
+    for (int k = 0; k < E; ++k) ko[lane + 32 * k] = to_out<T>(__fmul_rn(c[k], t.rot_scale));
   } else if constexpr (C::kKey == KeyKind::fp8) {
-    // e4m3 ⊂ fp16: the conversion is exact.
+    // e4m3 ⊂ fp16 and ⊂ bf16: both conversions are exact.
 #pragma unroll
     for (int k = 0; k < E; ++k) {
       const __half_raw r = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(s[lane + 32 * k]), __NV_E4M3);
-      ko[lane + 32 * k] = __half(r);
+      ko[lane + 32 * k] = to_out<T>(__half2float(__half(r)));
     }
   } else {
-    turbo_decode_record<C, C::kKeyBits>(s, ko, lane, t.rot_scale, s_cen, s_signs);
+    turbo_decode_record<C, C::kKeyBits, T>(s, ko, lane, t.rot_scale, s_cen, s_signs);
   }
 
   const uint8_t* vs = s + C::kKeyBytes;
@@ -148,9 +158,9 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
 #pragma unroll
     for (int k = 0; k < E; ++k)
       vo[lane + 32 * k] =
-          __float2half_rn(__fadd_rn(__fmul_rn(float(code_at<C::kValueBits>(vs, lane + 32 * k)), scale), zero));
+          to_out<T>(__fadd_rn(__fmul_rn(float(code_at<C::kValueBits>(vs, lane + 32 * k)), scale), zero));
   } else {
-    turbo_decode_record<C, C::kValueBits>(vs, vo, lane, t.rot_scale, s_cen, s_signs);
+    turbo_decode_record<C, C::kValueBits, T>(vs, vo, lane, t.rot_scale, s_cen, s_signs);
   }
 }
 
@@ -177,15 +187,16 @@ void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t s
   a.table_stride = p.blocks.stride;
   a.seq_lens = p.blocks.seq_lens;
   a.out_offsets = p.out_offsets;
-  a.k_out = static_cast<__half*>(p.k_out);
-  a.v_out = static_cast<__half*>(p.v_out);
+  a.k_out = p.k_out;
+  a.v_out = p.v_out;
   const int64_t warps = int64_t(p.max_seq_len) * p.cache.n_kv_heads;
   if ((warps + kWarps - 1) / kWarps > 0x7fffffff) throw_error("dequant_paged: max_seq_len · n_kv_heads too large");
   if (p.blocks.batch > 65535) throw_error("dequant_paged: batch must be ≤ 65535");
   const dim3 grid(unsigned((warps + kWarps - 1) / kWarps), unsigned(p.blocks.batch));
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
-    dequant_kernel<C><<<grid, kWarps * 32, 0, stream>>>(a, t);
+    if (p.dtype == DequantDtype::bf16) dequant_kernel<C, __nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a, t);
+    else dequant_kernel<C, __half><<<grid, kWarps * 32, 0, stream>>>(a, t);
     TQ_CUDA_CHECK(cudaGetLastError());
   });
 }

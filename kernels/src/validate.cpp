@@ -96,6 +96,8 @@ std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p)
   if (!p.out_offsets || !p.k_out || !p.v_out) return "dequant_paged: out_offsets, k_out or v_out is null";
   if (!is_aligned(p.k_out, 2) || !is_aligned(p.v_out, 2)) return "dequant_paged: k_out/v_out must be 2-byte aligned";
   if (p.max_seq_len < 0) return fmt::format("dequant_paged: max_seq_len {} must be ≥ 0", p.max_seq_len);
+  if (p.dtype != DequantDtype::f16 && p.dtype != DequantDtype::bf16)
+    return fmt::format("dequant_paged: unknown output dtype {} (f16 or bf16)", int(p.dtype));
   return {};
 }
 

@@ -457,7 +457,8 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
   cudaStreamDestroy(s);
 }
 
-TEST_CASE("dequant: fp16 K and V equal the CPU decoder bit for bit", "[dequant]") {
+TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[dequant]") {
+  using tq::cuda::DequantDtype;
   uint64_t seed = 40;
   for (const std::string fmt :
        {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4", "turbo3", "turbo4"})
@@ -477,34 +478,51 @@ TEST_CASE("dequant: fp16 K and V equal the CPU decoder bit for bit", "[dequant]"
       const size_t rows = size_t(F.pg.total_tokens + 3 * F.pg.batch);
       DevMem doffs(offs.size() * 4), ko(rows * c.hkv * d * 2), vo(rows * c.hkv * d * 2);
       doffs.upload(offs);
-      ko.fill(0xff);
-      vo.fill(0xff);
-      tq::cuda::DequantParams p;
-      p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
-      p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
-      p.out_offsets = doffs.as<int32_t>();
-      p.k_out = ko.as();
-      p.v_out = vo.as();
-      p.max_seq_len = F.pg.max_len;
-      tq::cuda::dequant_paged(kf, p);
-      device_sync();
-      const auto kg = ko.download<uint16_t>(rows * c.hkv * d), vg = vo.download<uint16_t>(rows * c.hkv * d);
-      std::vector<uint8_t> written(rows, 0);
-      for (int b = 0; b < F.pg.batch; ++b)
-        for (int t = 0; t < F.pg.lens[size_t(b)]; ++t) {
-          written[size_t(offs[size_t(b)] + t)] = 1;
-          for (int h = 0; h < c.hkv; ++h)
-            for (int j = 0; j < d; ++j) {
-              const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
-              const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
-              INFO(fmt << " d=" << d << " sequence " << b << " position " << t << " head " << h << " dim " << j);
-              REQUIRE(kg[dst] == tq::float_to_half(F.k[src]));
-              REQUIRE(vg[dst] == tq::float_to_half(F.v[src]));
-            }
-        }
-      for (size_t r = 0; r < rows; ++r)
-        if (!written[r])
-          for (size_t i = 0; i < size_t(c.hkv) * d; ++i) REQUIRE(kg[r * c.hkv * d + i] == 0xffff);
+      for (const DequantDtype dt : {DequantDtype::f16, DequantDtype::bf16}) {
+        const bool bf = dt == DequantDtype::bf16;
+        ko.fill(0xff);
+        vo.fill(0xff);
+        tq::cuda::DequantParams p;
+        p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+        p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
+        p.out_offsets = doffs.as<int32_t>();
+        p.k_out = ko.as();
+        p.v_out = vo.as();
+        p.max_seq_len = F.pg.max_len;
+        p.dtype = dt;
+        tq::cuda::dequant_paged(kf, p);
+        device_sync();
+        const auto kg = ko.download<uint16_t>(rows * c.hkv * d), vg = vo.download<uint16_t>(rows * c.hkv * d);
+        auto want = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
+        std::vector<uint8_t> written(rows, 0);
+        for (int b = 0; b < F.pg.batch; ++b)
+          for (int t = 0; t < F.pg.lens[size_t(b)]; ++t) {
+            written[size_t(offs[size_t(b)] + t)] = 1;
+            for (int h = 0; h < c.hkv; ++h)
+              for (int j = 0; j < d; ++j) {
+                const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
+                const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
+                INFO(fmt << " d=" << d << (bf ? " bf16" : " fp16") << " sequence " << b << " position " << t
+                         << " head " << h << " dim " << j);
+                REQUIRE(kg[dst] == want(F.k[src]));
+                REQUIRE(vg[dst] == want(F.v[src]));
+              }
+          }
+        for (size_t r = 0; r < rows; ++r)
+          if (!written[r])
+            for (size_t i = 0; i < size_t(c.hkv) * d; ++i) REQUIRE(kg[r * c.hkv * d + i] == 0xffff);
+      }
+      if (fmt == "turbo4" && d == 256) {  // (once) an output type the kernel does not have: refused by name
+        tq::cuda::DequantParams p;
+        p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+        p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
+        p.out_offsets = doffs.as<int32_t>();
+        p.k_out = ko.as();
+        p.v_out = vo.as();
+        p.max_seq_len = F.pg.max_len;
+        p.dtype = static_cast<DequantDtype>(7);
+        REQUIRE_THROWS_WITH(tq::cuda::dequant_paged(kf, p), Catch::Matchers::Contains("unknown output dtype 7"));
+      }
     }
 }
 

@@ -1,10 +1,11 @@
-// Full dequantization of paged sequences to fp16 (for long prefill
+// Full dequantization of paged sequences to fp16 or bf16 (for long prefill
 // continuations that run a dense attention kernel over the cached prefix).
 // K comes back in the ORIGINAL basis (inverse rotation applied), so each value
-// equals half(CPU KvFormat::decode_slots) of the same slot; V = code·scale16 + zero16.
+// equals half(CPU KvFormat::decode_slots) — or bf16(…), both round to nearest
+// even — of the same slot; V = code·scale16 + zero16, rounded the same way.
 //
 //   sequence i, positions [0, seq_lens[i]) → rows out_offsets[i] + pos of
-//   k_out, v_out  fp16 [rows, n_kv_heads, head_dim] (contiguous)
+//   k_out, v_out  fp16 or bf16 [rows, n_kv_heads, head_dim] (contiguous)
 #pragma once
 
 #include <cstdint>
@@ -17,12 +18,15 @@
 
 namespace tq::cuda {
 
+enum class DequantDtype { f16, bf16 };
+
 struct DequantParams {
   PagedCache cache;
   BlockTable blocks;
   const int32_t* out_offsets = nullptr;  // [batch]: first output row of each sequence
-  void* k_out = nullptr;                 // fp16
-  void* v_out = nullptr;                 // fp16
+  void* k_out = nullptr;                 // dtype
+  void* v_out = nullptr;                 // dtype
+  DequantDtype dtype = DequantDtype::f16;
   int max_seq_len = 0;                   // ≥ every seq_lens[i] (sizes the grid)
 };
 
