@@ -1,4 +1,4 @@
-// tq-bench: time the GPU store/decode kernels per format against the FP16
+// tq-bench: time the GPU store/decode/dequant kernels per format against the FP16
 // baseline decode and the measured device-copy bandwidth (or, with --cpu, the
 // CPU reference codecs).
 #include <chrono>
@@ -33,6 +33,7 @@ struct Args {
   double copy_gb = 2.0;
   std::string pages = "shuffled";
   std::string layout = "vllm";  // vllm, planes or both (quantized cache layout)
+  std::string dequant = "f16";  // output type of the timed paged dequant, or none
   bool json = false, cpu = false, list = false;
 };
 
@@ -119,12 +120,18 @@ int run_gpu(const Args& a) {
       a.store_tokens > 0 ? a.store_tokens : std::min<int64_t>(int64_t(a.batch) * a.ctx, 131072);
 
   tq::Json rows = tq::Json::array();
-  tq::Table table({"format", "slot_B", "kv_MB", "decode_ms", "GB/s", "%copy", "vs_f16", "splits", "store_Mtok/s",
-                   "store_GB/s", "store_%copy"});
-  table.add({"f16 (baseline)", std::to_string(4 * a.head_dim), fmt::format("{:.1f}", double(base.kv_bytes) / 1e6),
-             fmt::format("{:.4f}", base.t.median_ms), fmt::format("{:.0f}", base.gbps),
-             fmt::format("{:.1f}", 100 * base.gbps / copy.gbps), "1.00", std::to_string(base.plan.num_splits), "-", "-",
-             "-"});
+  const bool deq = a.dequant != "none";
+  std::vector<std::string> head = {"format", "slot_B", "kv_MB", "decode_ms", "GB/s", "%copy", "vs_f16", "splits",
+                                   "store_Mtok/s", "store_GB/s", "store_%copy"};
+  if (deq) head.insert(head.end(), {"dequant_ms", "dequant_GB/s", "dequant_%copy"});
+  tq::Table table(head);
+  std::vector<std::string> base_row = {"f16 (baseline)", std::to_string(4 * a.head_dim),
+                                       fmt::format("{:.1f}", double(base.kv_bytes) / 1e6),
+                                       fmt::format("{:.4f}", base.t.median_ms), fmt::format("{:.0f}", base.gbps),
+                                       fmt::format("{:.1f}", 100 * base.gbps / copy.gbps), "1.00",
+                                       std::to_string(base.plan.num_splits), "-", "-", "-"};
+  if (deq) base_row.insert(base_row.end(), {"-", "-", "-"});
+  table.add(base_row);
   auto timing_json = [](const tq::cuda::Timing& t) {
     tq::Json j = tq::Json::object();
     j.set("median_ms", t.median_ms);
@@ -196,6 +203,22 @@ int run_gpu(const Args& a) {
     j.set("store", std::move(sj));
     row.insert(row.end(), {fmt::format("{:.1f}", st.tokens_per_s / 1e6), fmt::format("{:.0f}", st.gbps),
                            fmt::format("{:.1f}", 100 * st.gbps / copy.gbps)});
+    if (deq && planes) {
+      j.set("dequant", "dequant reads the vLLM cache layout only");
+      row.insert(row.end(), {"-", "-", "-"});
+    } else if (deq) {
+      const auto dtype = a.dequant == "bf16" ? tq::cuda::DequantDtype::bf16 : tq::cuda::DequantDtype::f16;
+      const auto dq = tq::cuda::bench_dequant(f, sl, dtype, o);
+      tq::Json qj = timing_json(dq.t);
+      qj.set("dtype", a.dequant);
+      qj.set("bytes", double(dq.bytes));
+      qj.set("gbps", dq.gbps);
+      qj.set("pct_copy", 100 * dq.gbps / copy.gbps);
+      qj.set("cache_copies", dq.copies);
+      j.set("dequant", std::move(qj));
+      row.insert(row.end(), {fmt::format("{:.4f}", dq.t.median_ms), fmt::format("{:.0f}", dq.gbps),
+                             fmt::format("{:.1f}", 100 * dq.gbps / copy.gbps)});
+    }
     table.add(row);
     rows.push(std::move(j));
   }
@@ -206,8 +229,12 @@ int run_gpu(const Args& a) {
                 a.splits ? std::to_string(a.splits).c_str() : "auto");
     std::printf("device copy (cudaMemcpy D2D, %.1f GB, read+write): %.0f GB/s; FP16 baseline decode: %.4f ms\n",
                 double(copy.bytes) / 1e9, copy.gbps, base.t.median_ms);
-    std::printf("store: %lld tokens per launch; times are medians of %d launches (CUDA events)\n%s",
-                static_cast<long long>(store_tokens), a.reps, table.text().c_str());
+    std::printf("store: %lld tokens per launch; %stimes are medians of %d launches (CUDA events)\n%s",
+                static_cast<long long>(store_tokens),
+                deq ? fmt::format("dequant: every token to {} K and V (GB/s: slots read + K/V written); ", a.dequant)
+                          .c_str()
+                    : "",
+                a.reps, table.text().c_str());
   }
   return 0;
 }
@@ -216,7 +243,7 @@ int run_gpu(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tq-bench: time the GPU store/decode kernels per format (or the CPU reference with --cpu)"};
+  CLI::App app{"tq-bench: time the GPU store/decode/dequant kernels per format (or the CPU reference with --cpu)"};
   Args a;
   app.add_option("--format", a.formats, "KV format(s), repeatable; 'all' for every registered preset")
       ->capture_default_str();
@@ -240,6 +267,10 @@ int main(int argc, char** argv) {
                  "quantized cache layout: vllm (slots), planes (key-index / value-code / metadata planes per page, "
                  "16-byte aligned; mse keys + 4-bit values) or both (one row each)")
       ->check(CLI::IsMember({"vllm", "planes", "both"}))
+      ->capture_default_str();
+  app.add_option("--dequant", a.dequant,
+                 "also time the paged dequant of every token to this output type (f16, bf16), or none")
+      ->check(CLI::IsMember({"f16", "bf16", "none"}))
       ->capture_default_str();
   app.add_flag("--json", a.json, "JSON list, one object per format");
   app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "tq/cuda/check.h"
+#include "tq/cuda/dequant.h"
 #include "tq/cuda/kernel_format.h"
 #include "tq/cuda/store.h"
 #include "tq/error.h"
@@ -132,6 +133,34 @@ DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
   return d;
 }
 
+// Fills a paged cache through the store kernel (random fp16 K/V, chunk by chunk), at the
+// slots the shape's block tables give (block_tables seed 1, as decode_setup).
+void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, int pages, int64_t num_blocks, void* cache) {
+  const std::vector<int32_t> tab = block_tables(s, pages, 1);
+  const int64_t total = int64_t(s.batch) * s.ctx;
+  const int64_t chunk = std::min<int64_t>(total, 32768);
+  const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
+  Buf k(elems * 2), v(elems * 2), map(size_t(chunk) * 8);
+  std::vector<int64_t> slots(static_cast<size_t>(chunk));
+  StoreParams sp = StoreParams::contiguous(
+      k.p, v.p, map.as<int64_t>(), 0, s.head_dim,
+      {static_cast<uint8_t*>(cache), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes,
+       s.planes ? CacheLayout::planes : CacheLayout::vllm});
+  for (int64_t t0 = 0; t0 < total; t0 += chunk) {
+    const int64_t n = std::min(chunk, total - t0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t tok = t0 + i, b = tok / s.ctx, pos = tok % s.ctx;
+      slots[size_t(i)] = int64_t(tab[size_t(b * pages + pos / s.block_size)]) * s.block_size + pos % s.block_size;
+    }
+    TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), size_t(n) * 8, cudaMemcpyHostToDevice));
+    fill_random_f16(k.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 11), 0.f, 1.f);
+    fill_random_f16(v.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 12), 0.3f, 1.f);
+    sp.num_tokens = int(n);
+    store_kv(kf, sp);
+  }
+  TQ_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 }  // namespace
 
 CopyBench bench_copy(size_t bytes, const BenchOptions& o) {
@@ -162,34 +191,10 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
   for (int c = 0; c < r.copies; ++c) caches.push_back(std::make_unique<Buf>(cache_bytes));
   DecodeSetup d = decode_setup(s, pages);
 
-  // Fill copy 0 through the store kernel (random fp16 K/V), chunk by chunk.
-  {
-    const std::vector<int32_t> tab = block_tables(s, pages, 1);
-    const int64_t total = int64_t(s.batch) * s.ctx;
-    const int64_t chunk = std::min<int64_t>(total, 32768);
-    const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
-    Buf k(elems * 2), v(elems * 2), map(size_t(chunk) * 8);
-    std::vector<int64_t> slots(static_cast<size_t>(chunk));
-    StoreParams sp = StoreParams::contiguous(
-        k.p, v.p, map.as<int64_t>(), 0, s.head_dim,
-        {caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes,
-         s.planes ? CacheLayout::planes : CacheLayout::vllm});
-    for (int64_t t0 = 0; t0 < total; t0 += chunk) {
-      const int64_t n = std::min(chunk, total - t0);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t tok = t0 + i, b = tok / s.ctx, pos = tok % s.ctx;
-        slots[size_t(i)] = int64_t(tab[size_t(b * pages + pos / s.block_size)]) * s.block_size + pos % s.block_size;
-      }
-      TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), size_t(n) * 8, cudaMemcpyHostToDevice));
-      fill_random_f16(k.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 11), 0.f, 1.f);
-      fill_random_f16(v.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 12), 0.3f, 1.f);
-      sp.num_tokens = int(n);
-      store_kv(kf, sp);
-    }
-    for (int c = 1; c < r.copies; ++c)
-      TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
-    TQ_CUDA_CHECK(cudaDeviceSynchronize());
-  }
+  fill_paged_cache(kf, s, pages, num_blocks, caches[0]->p);
+  for (int c = 1; c < r.copies; ++c)
+    TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
+  TQ_CUDA_CHECK(cudaDeviceSynchronize());
   const PagedCache pc0{caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
   r.plan = plan_decode(kf, pc0, d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
@@ -228,6 +233,46 @@ DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
   });
   r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * s.head_dim * 4;
   r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
+  return r;
+}
+
+DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype dtype, const BenchOptions& o) {
+  check_shape(s);
+  TQ_CHECK(!s.planes, "tq-bench: dequant reads the vLLM cache layout only");
+  const KernelFormat kf = kernel_format(f);
+  const int pages = (s.ctx + s.block_size - 1) / s.block_size;
+  const int64_t num_blocks = int64_t(s.batch) * pages;
+  const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
+  const size_t rows = size_t(s.batch) * size_t(s.ctx), out_bytes = rows * s.n_kv_heads * s.head_dim * 2;
+  TQ_CHECK(2 * out_bytes + 2 * cache_bytes <= free_device_bytes(),  // outputs + two cache copies
+           "tq-bench: dequant output ({:.2f} GB for K and V) does not fit in device memory", 2e-9 * double(out_bytes));
+  Buf ko(out_bytes), vo(out_bytes);  // written, not read: one pair
+  DequantBench r;
+  r.copies = cache_copies(cache_bytes);
+  std::vector<std::unique_ptr<Buf>> caches;
+  for (int c = 0; c < r.copies; ++c) caches.push_back(std::make_unique<Buf>(cache_bytes));
+  fill_paged_cache(kf, s, pages, num_blocks, caches[0]->p);
+  for (int c = 1; c < r.copies; ++c)
+    TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
+  const DecodeSetup d = decode_setup(s, pages);  // block tables and seq_lens
+  std::vector<int32_t> offs(size_t(s.batch));    // sequence b → output rows b·ctx …
+  for (int b = 0; b < s.batch; ++b) offs[size_t(b)] = b * s.ctx;
+  Buf doffs(offs.size() * 4);
+  TQ_CUDA_CHECK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
+  TQ_CUDA_CHECK(cudaDeviceSynchronize());
+  DequantParams p;
+  p.blocks = d.p.blocks;
+  p.out_offsets = doffs.as<int32_t>();
+  p.k_out = ko.p;
+  p.v_out = vo.p;
+  p.max_seq_len = s.ctx;
+  p.dtype = dtype;
+  r.t = time_launches(o, [&](int i) {
+    p.cache = {caches[size_t(i % r.copies)]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+    dequant_paged(kf, p);
+  });
+  r.bytes = rows * s.n_kv_heads * kf.slot_bytes + 2 * out_bytes;
+  r.gbps = double(r.bytes) / (r.t.median_ms * 1e6);
   return r;
 }
 

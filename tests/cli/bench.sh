@@ -34,6 +34,11 @@ expect_rc 2
 expect_err "--layout"
 expect_empty_out
 
+run "$BIN" --format turboquant_4bit_nc --dequant fp32
+expect_rc 2
+expect_err "--dequant"
+expect_empty_out
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   run "$BIN" --format turboquant_4bit_nc --batch 1 --ctx 64
   expect_rc 2

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "tq/cuda/decode.h"
+#include "tq/cuda/dequant.h"
 
 namespace tq {
 struct KvFormat;
@@ -67,6 +68,15 @@ struct StoreBench {
   double gbps = 0, tokens_per_s = 0;
 };
 StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, const BenchOptions& o);
+
+// Paged dequant of the whole shape (batch · ctx tokens, vLLM layout) to fp16 or bf16.
+struct DequantBench {
+  Timing t;
+  size_t bytes = 0;  // slots read + K and V written (2 bytes per value each)
+  double gbps = 0;   // bytes / median time
+  int copies = 0;    // cache copies rotated between launches
+};
+DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype dtype, const BenchOptions& o);
 
 // Gaussian-ish fp16 test data on the device (mean + sigma · N(0,1) approx.).
 void fill_random_f16(void* dst, size_t n, uint64_t seed, float mean, float sigma, cudaStream_t stream = nullptr);
