@@ -51,7 +51,7 @@ int run_cpu(const Args& a) {
   const auto names = tq::expand_format_names(a.formats);
   const int g = a.q_heads / a.kv_heads;
   TQ_CHECK(a.q_heads % a.kv_heads == 0, "--q-heads {} must be a multiple of --kv-heads {}", a.q_heads, a.kv_heads);
-  // Encode: up to 2^16 token-heads; decode: one kv head over up to 8192 tokens, extrapolated
+  // Encode and dequant (decode_slots): up to 2^16 token-heads; decode: one kv head over up to 8192 tokens, extrapolated
   // to the whole shape (batch · kv_heads such heads of ctx tokens).
   const int64_t n_enc = std::min<int64_t>(int64_t(a.batch) * a.ctx * a.kv_heads, 1 << 16);
   const int64_t n_dec = std::min(a.ctx, 8192);
@@ -61,13 +61,18 @@ int run_cpu(const Args& a) {
   for (auto& x : v) x = float(0.3 + rng.gaussian());
   for (auto& x : q) x = float(rng.gaussian());
   tq::Json rows = tq::Json::array();
-  tq::Table table({"format", "slot_B", "encode_Mvec/s", "decode_ms(1 head, T tok)", "T", "decode_est_ms(full shape)"});
+  tq::Table table({"format", "slot_B", "encode_Mvec/s", "dequant_Mvec/s", "decode_ms(1 head, T tok)", "T",
+                   "decode_est_ms(full shape)"});
   for (const auto& name : names) {
     const tq::KvFormat f = tq::make_format(name, a.head_dim);
     std::vector<uint8_t> slots(size_t(n_enc) * f.slot_bytes());
     auto t0 = std::chrono::steady_clock::now();
     f.encode_slots(k.data(), v.data(), n_enc, slots.data());
     const double enc_s = seconds_since(t0);
+    std::vector<float> kd(k.size()), vd(v.size());
+    t0 = std::chrono::steady_clock::now();
+    f.decode_slots(slots.data(), n_enc, kd.data(), vd.data());  // the dequant's CPU reference
+    const double deq_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     const int64_t nd = std::min(n_dec, n_enc);
     tq::decode_attention(f, q.data(), g, slots.data(), nd, float(1.0 / std::sqrt(double(a.head_dim))), out.data());
@@ -79,12 +84,14 @@ int run_cpu(const Args& a) {
     j.set("slot_bytes", f.slot_bytes());
     j.set("encode_vectors", n_enc);
     j.set("encode_mvec_per_s", double(n_enc) / enc_s / 1e6);
+    j.set("dequant_mvec_per_s", double(n_enc) / deq_s / 1e6);
     j.set("decode_tokens", nd);
     j.set("decode_ms_one_head", dec_s * 1e3);
     j.set("decode_est_ms_full_shape", est_ms);
     rows.push(std::move(j));
     table.add({name, std::to_string(f.slot_bytes()), fmt::format("{:.2f}", double(n_enc) / enc_s / 1e6),
-               fmt::format("{:.3f}", dec_s * 1e3), std::to_string(nd), fmt::format("{:.1f}", est_ms)});
+               fmt::format("{:.2f}", double(n_enc) / deq_s / 1e6), fmt::format("{:.3f}", dec_s * 1e3),
+               std::to_string(nd), fmt::format("{:.1f}", est_ms)});
   }
   if (a.json) {
     std::printf("%s\n", rows.dump(2).c_str());

@@ -18,6 +18,7 @@ run "$BIN" --cpu --format turboquant_4bit_nc --format turbo3 --batch 1 --ctx 256
 expect_rc 0
 expect_json
 expect_out '"encode_mvec_per_s"'
+expect_out '"dequant_mvec_per_s"'
 
 run "$BIN" --cpu --format no_such_format --batch 1 --ctx 64
 expect_rc 2
