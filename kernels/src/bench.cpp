@@ -245,7 +245,9 @@ DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype 
   const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
   const size_t rows = size_t(s.batch) * size_t(s.ctx), out_bytes = rows * s.n_kv_heads * s.head_dim * 2;
   TQ_CHECK(2 * out_bytes + 2 * cache_bytes <= free_device_bytes(),  // outputs + two cache copies
-           "tq-bench: dequant output ({:.2f} GB for K and V) does not fit in device memory", 2e-9 * double(out_bytes));
+           "tq-bench: the dequant's output ({:.2f} GB for K and V) does not fit in device memory "
+           "(--dequant none skips the dequant)",
+           2e-9 * double(out_bytes));
   Buf ko(out_bytes), vo(out_bytes);  // written, not read: one pair
   DequantBench r;
   r.copies = cache_copies(cache_bytes);
