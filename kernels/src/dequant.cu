@@ -41,6 +41,12 @@ __device__ __forceinline__ T to_out(float x) {
   if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
   else return __float2bfloat16_rn(x);
 }
+// fp16 → the output type (exact for fp8 values; fp16 is returned as it is)
+template <class T>
+__device__ __forceinline__ T to_out(__half x) {
+  if constexpr (std::is_same_v<T, __half>) return x;
+  else return __float2bfloat16_rn(__half2float(x));
+}
 
 template <int B>
 __device__ __forceinline__ int code_at(const uint8_t* s, int j) {
@@ -144,7 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
 #pragma unroll
     for (int k = 0; k < E; ++k) {
       const __half_raw r = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(s[lane + 32 * k]), __NV_E4M3);
-      ko[lane + 32 * k] = to_out<T>(__half2float(__half(r)));
+      ko[lane + 32 * k] = to_out<T>(__half(r));
     }
   } else {
     turbo_decode_record<C, C::kKeyBits, T>(s, ko, lane, t.rot_scale, s_cen, s_signs);
