@@ -236,12 +236,10 @@ int run_gpu(const Args& a) {
                 a.splits ? std::to_string(a.splits).c_str() : "auto");
     std::printf("device copy (cudaMemcpy D2D, %.1f GB, read+write): %.0f GB/s; FP16 baseline decode: %.4f ms\n",
                 double(copy.bytes) / 1e9, copy.gbps, base.t.median_ms);
+    const std::string deq_note =
+        deq ? fmt::format("dequant: every token to {} K and V (GB/s: slots read + K/V written); ", a.dequant) : "";
     std::printf("store: %lld tokens per launch; %stimes are medians of %d launches (CUDA events)\n%s",
-                static_cast<long long>(store_tokens),
-                deq ? fmt::format("dequant: every token to {} K and V (GB/s: slots read + K/V written); ", a.dequant)
-                          .c_str()
-                    : "",
-                a.reps, table.text().c_str());
+                static_cast<long long>(store_tokens), deq_note.c_str(), a.reps, table.text().c_str());
   }
   return 0;
 }

@@ -104,19 +104,33 @@ void check_shape(const BenchShape& s) {
            "tq-bench: batch, ctx and head counts must be ≥ 1");
 }
 
+// The shape's block tables (block_tables seed 1) and seq_lens (every sequence ctx long) on the device.
+struct TableSetup {
+  std::unique_ptr<Buf> table, lens;
+  BlockTable blocks;
+};
+
+TableSetup table_setup(const BenchShape& s, int pages_per_seq) {
+  TableSetup t;
+  const auto tab = block_tables(s, pages_per_seq, 1);
+  t.table = std::make_unique<Buf>(tab.size() * 4);
+  TQ_CUDA_CHECK(cudaMemcpy(t.table->p, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+  const std::vector<int32_t> lens(size_t(s.batch), s.ctx);
+  t.lens = std::make_unique<Buf>(lens.size() * 4);
+  TQ_CUDA_CHECK(cudaMemcpy(t.lens->p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  t.blocks = {t.table->as<int32_t>(), pages_per_seq, t.lens->as<int32_t>(), s.batch};
+  return t;
+}
+
 struct DecodeSetup {
-  std::unique_ptr<Buf> table, lens, q, out, ws;
+  TableSetup tables;
+  std::unique_ptr<Buf> q, out, ws;
   DecodeParams p;
 };
 
 DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
   DecodeSetup d;
-  const auto tab = block_tables(s, pages_per_seq, 1);
-  d.table = std::make_unique<Buf>(tab.size() * 4);
-  TQ_CUDA_CHECK(cudaMemcpy(d.table->p, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
-  const std::vector<int32_t> lens(size_t(s.batch), s.ctx);
-  d.lens = std::make_unique<Buf>(lens.size() * 4);
-  TQ_CUDA_CHECK(cudaMemcpy(d.lens->p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  d.tables = table_setup(s, pages_per_seq);
   const size_t qn = size_t(s.batch) * s.n_q_heads * s.head_dim;
   d.q = std::make_unique<Buf>(qn * 2);
   d.out = std::make_unique<Buf>(qn * 2);
@@ -127,25 +141,31 @@ DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
   d.p.out = d.out->p;
   d.p.n_q_heads = s.n_q_heads;
   d.p.attn_scale = float(1.0 / std::sqrt(double(s.head_dim)));
-  d.p.blocks = {d.table->as<int32_t>(), pages_per_seq, d.lens->as<int32_t>(), s.batch};
+  d.p.blocks = d.tables.blocks;
   d.p.num_splits = s.num_splits;
   d.p.max_seq_len = s.ctx;
   return d;
 }
 
+// pages per sequence
+int seq_pages(const BenchShape& s) { return (s.ctx + s.block_size - 1) / s.block_size; }
+
+// bytes of one copy of the shape's quantized cache (whole pages)
+size_t paged_cache_bytes(const KernelFormat& kf, const BenchShape& s) {
+  return size_t(s.batch) * size_t(seq_pages(s)) * s.block_size * s.n_kv_heads * kf.slot_bytes;
+}
+
 // Fills a paged cache through the store kernel (random fp16 K/V, chunk by chunk), at the
-// slots the shape's block tables give (block_tables seed 1, as decode_setup).
-void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, int pages, int64_t num_blocks, void* cache) {
+// slots the shape's block tables give (block_tables seed 1, as table_setup).
+void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, const PagedCache& cache) {
+  const int pages = seq_pages(s);
   const std::vector<int32_t> tab = block_tables(s, pages, 1);
   const int64_t total = int64_t(s.batch) * s.ctx;
   const int64_t chunk = std::min<int64_t>(total, 32768);
   const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
   Buf k(elems * 2), v(elems * 2), map(size_t(chunk) * 8);
   std::vector<int64_t> slots(static_cast<size_t>(chunk));
-  StoreParams sp = StoreParams::contiguous(
-      k.p, v.p, map.as<int64_t>(), 0, s.head_dim,
-      {static_cast<uint8_t*>(cache), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes,
-       s.planes ? CacheLayout::planes : CacheLayout::vllm});
+  StoreParams sp = StoreParams::contiguous(k.p, v.p, map.as<int64_t>(), 0, s.head_dim, cache);
   for (int64_t t0 = 0; t0 < total; t0 += chunk) {
     const int64_t n = std::min(chunk, total - t0);
     for (int64_t i = 0; i < n; ++i) {
@@ -158,7 +178,36 @@ void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, int pages, in
     sp.num_tokens = int(n);
     store_kv(kf, sp);
   }
+}
+
+// The shape's quantized paged cache in `copies` equal copies (as many as cache_copies
+// allows, so launches rotating among them read from HBM, not L2): copy 0 filled through
+// the store kernel, the others copied from it.
+struct Caches {
+  int pages = 0;
+  int copies = 0;
+  std::vector<std::unique_ptr<Buf>> bufs;
+  PagedCache cache;  // copy 0
+  PagedCache view(int i) const {  // copy i % copies
+    PagedCache c = cache;
+    c.data = bufs[size_t(i % copies)]->as<uint8_t>();
+    return c;
+  }
+};
+
+Caches filled_caches(const KernelFormat& kf, const BenchShape& s) {
+  Caches c;
+  c.pages = seq_pages(s);
+  const size_t bytes = paged_cache_bytes(kf, s);
+  c.copies = cache_copies(bytes);
+  for (int i = 0; i < c.copies; ++i) c.bufs.push_back(std::make_unique<Buf>(bytes));
+  c.cache = {c.bufs[0]->as<uint8_t>(), int64_t(s.batch) * c.pages, s.block_size, s.n_kv_heads, kf.slot_bytes,
+             s.planes ? CacheLayout::planes : CacheLayout::vllm};
+  fill_paged_cache(kf, s, c.cache);
+  for (int i = 1; i < c.copies; ++i)
+    TQ_CUDA_CHECK(cudaMemcpy(c.bufs[size_t(i)]->p, c.bufs[0]->p, bytes, cudaMemcpyDeviceToDevice));
   TQ_CUDA_CHECK(cudaDeviceSynchronize());
+  return c;
 }
 
 }  // namespace
@@ -182,27 +231,13 @@ CopyBench bench_copy(size_t bytes, const BenchOptions& o) {
 DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOptions& o) {
   check_shape(s);
   const KernelFormat kf = kernel_format(f);
-  const int pages = (s.ctx + s.block_size - 1) / s.block_size;
-  const int64_t num_blocks = int64_t(s.batch) * pages;
-  const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
+  const Caches caches = filled_caches(kf, s);
   DecodeBench r;
-  r.copies = cache_copies(cache_bytes);
-  std::vector<std::unique_ptr<Buf>> caches;
-  for (int c = 0; c < r.copies; ++c) caches.push_back(std::make_unique<Buf>(cache_bytes));
-  DecodeSetup d = decode_setup(s, pages);
-
-  fill_paged_cache(kf, s, pages, num_blocks, caches[0]->p);
-  for (int c = 1; c < r.copies; ++c)
-    TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
-  TQ_CUDA_CHECK(cudaDeviceSynchronize());
-  const PagedCache pc0{caches[0]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
-  r.plan = plan_decode(kf, pc0, d.p);
+  r.copies = caches.copies;
+  DecodeSetup d = decode_setup(s, caches.pages);
+  r.plan = plan_decode(kf, caches.cache, d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
-  r.t = time_launches(o, [&](int i) {
-    const PagedCache pc{caches[size_t(i % r.copies)]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads,
-                        kf.slot_bytes, s.planes ? CacheLayout::planes : CacheLayout::vllm};
-    paged_decode(kf, pc, d.p, r.plan, d.ws->p);
-  });
+  r.t = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), d.p, r.plan, d.ws->p); });
   r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
   return r;
@@ -210,7 +245,7 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
 
 DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
   check_shape(s);
-  const int pages = (s.ctx + s.block_size - 1) / s.block_size;
+  const int pages = seq_pages(s);
   const int64_t num_blocks = int64_t(s.batch) * pages;
   const size_t elems = size_t(num_blocks) * s.block_size * s.n_kv_heads * s.head_dim;
   DecodeBench r;
@@ -240,37 +275,29 @@ DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype 
   check_shape(s);
   TQ_CHECK(!s.planes, "tq-bench: dequant reads the vLLM cache layout only");
   const KernelFormat kf = kernel_format(f);
-  const int pages = (s.ctx + s.block_size - 1) / s.block_size;
-  const int64_t num_blocks = int64_t(s.batch) * pages;
-  const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
   const size_t rows = size_t(s.batch) * size_t(s.ctx), out_bytes = rows * s.n_kv_heads * s.head_dim * 2;
-  TQ_CHECK(2 * out_bytes + 2 * cache_bytes <= free_device_bytes(),  // outputs + two cache copies
+  TQ_CHECK(2 * out_bytes + 2 * paged_cache_bytes(kf, s) <= free_device_bytes(),  // outputs + two cache copies
            "tq-bench: the dequant's output ({:.2f} GB for K and V) does not fit in device memory "
            "(--dequant none skips the dequant)",
            2e-9 * double(out_bytes));
-  Buf ko(out_bytes), vo(out_bytes);  // written, not read: one pair
+  Buf ko(out_bytes), vo(out_bytes);  // written, not read: one pair (allocated first: cache_copies sees the rest)
+  const Caches caches = filled_caches(kf, s);
   DequantBench r;
-  r.copies = cache_copies(cache_bytes);
-  std::vector<std::unique_ptr<Buf>> caches;
-  for (int c = 0; c < r.copies; ++c) caches.push_back(std::make_unique<Buf>(cache_bytes));
-  fill_paged_cache(kf, s, pages, num_blocks, caches[0]->p);
-  for (int c = 1; c < r.copies; ++c)
-    TQ_CUDA_CHECK(cudaMemcpy(caches[size_t(c)]->p, caches[0]->p, cache_bytes, cudaMemcpyDeviceToDevice));
-  const DecodeSetup d = decode_setup(s, pages);  // block tables and seq_lens
-  std::vector<int32_t> offs(size_t(s.batch));    // sequence b → output rows b·ctx …
+  r.copies = caches.copies;
+  const TableSetup tables = table_setup(s, caches.pages);
+  std::vector<int32_t> offs(size_t(s.batch));  // sequence b → output rows b·ctx …
   for (int b = 0; b < s.batch; ++b) offs[size_t(b)] = b * s.ctx;
   Buf doffs(offs.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
-  TQ_CUDA_CHECK(cudaDeviceSynchronize());
   DequantParams p;
-  p.blocks = d.p.blocks;
+  p.blocks = tables.blocks;
   p.out_offsets = doffs.as<int32_t>();
   p.k_out = ko.p;
   p.v_out = vo.p;
   p.max_seq_len = s.ctx;
   p.dtype = dtype;
   r.t = time_launches(o, [&](int i) {
-    p.cache = {caches[size_t(i % r.copies)]->as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes};
+    p.cache = caches.view(i);
     dequant_paged(kf, p);
   });
   r.bytes = rows * s.n_kv_heads * kf.slot_bytes + 2 * out_bytes;
