@@ -170,6 +170,152 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
   }
 }
 
+// ---- quad kernel: four lanes per token-head (mse or fp8 keys + uniform values) ----
+// The warp kernel above spends most of its instructions on shuffles (FWHT lane stages and
+// the norm tree with 4 values per lane) and 2-byte stores: 32% of copy bandwidth (run 19).
+// As in the quad store, lane q of quad r holds elements j = 32i + 8q + e (e < 8) of row r:
+// FWHT stages h = 1, 2, 4 and ≥ 32 inside the lane, 8 and 16 across the quad, the norm tree
+// likewise (bitexact.cuh: the CPU's order, so the outputs are the same bits), one 16-byte
+// store per 8 outputs (streaming: the outputs are read later by another kernel; +2–3% for
+// k8v4, run 20). A warp's 8 slots are staged in shared memory (2-byte loads: slots are
+// 2-byte aligned); rows past the range compute and are not stored. Run 20, 32K: 80–88% of copy
+// bandwidth against the warp kernel's 32–42% (staging the 8 slots one after another, each a
+// table then a cache round trip, held it at 38%).
+constexpr int kQuadWarps = 4;
+
+template <class C>
+constexpr bool quad_dequant_supported() {
+  return (C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform;
+}
+template <class C>
+constexpr int quad_row_bytes() {  // a staged slot, padded to 4 bytes
+  return (C::kKeyBytes + C::kValueBytes + 3) & ~3;
+}
+
+// The 8 B-bit codes of elements j0 … j0+7 (j0 a multiple of 8: they start on a byte) at
+// byte offset `off` of row s, code e at bits B·e of the result (B ≤ 4).
+template <int B>
+__device__ __forceinline__ uint32_t codes8(const uint8_t* s, int off) {
+  if constexpr (B == 4) {  // off even (all callers): two 2-byte loads
+    return uint32_t(*reinterpret_cast<const uint16_t*>(s + off)) |
+           (uint32_t(*reinterpret_cast<const uint16_t*>(s + off + 2)) << 16);
+  } else if constexpr (B == 2) {
+    return *reinterpret_cast<const uint16_t*>(s + off);
+  } else {
+    uint32_t w = 0;
+#pragma unroll
+    for (int b = 0; b < B; ++b) w |= uint32_t(s[off + b]) << (8 * b);
+    return w;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void store8(T* dst, const float (&x)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const T a = to_out<T>(x[2 * u]), b = to_out<T>(x[2 * u + 1]);
+    w[u] = uint32_t(*reinterpret_cast<const uint16_t*>(&a)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&b)) << 16);
+  }
+  __stcs(reinterpret_cast<uint4*>(dst), make_uint4(w[0], w[1], w[2], w[3]));
+}
+
+template <class C, class T>
+__global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantArgs a, DequantTables t) {
+  constexpr int D = C::kD, NI = D / 32, E = D / 4, RB = quad_row_bytes<C>();
+  __shared__ float s_cen[16];
+  __shared__ __align__(16) uint8_t s_rows[kQuadWarps][8 * RB];
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s_cen[i] = t.centroids[i];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, q = lane & 3;
+  const int seq = blockIdx.y, len = a.seq_lens[seq];
+  const int64_t th0 = (int64_t(blockIdx.x) * kQuadWarps + warp) * 8;
+  if (th0 >= int64_t(len) * a.n_kv_heads) return;  // warp-uniform; no block barrier follows
+  const int32_t* table = a.table + int64_t(seq) * a.table_stride;
+  uint8_t* rows = s_rows[warp];
+  // stage the 8 slots with every load independent: lane u < 8 finds slot u (rows past the
+  // range: row 0's), the 8·SW 2-byte words are spread over the warp, each lane fetching its
+  // row's address by shuffle (one table and one cache latency per warp, not 8 of each)
+  constexpr int SW = (C::kKeyBytes + C::kValueBytes) / 2;  // == slot_bytes / 2 (validated)
+  const uint16_t* mine;
+  {
+    int64_t th = th0 + (lane & 7);
+    if (th >= int64_t(len) * a.n_kv_heads) th = th0;
+    const int64_t pos = th / a.n_kv_heads;
+    const int h = int(th - pos * a.n_kv_heads);
+    const int page = table[pos / a.block_size];
+    mine = reinterpret_cast<const uint16_t*>(
+        a.cache + ((int64_t(page) * a.block_size + pos % a.block_size) * a.n_kv_heads + h) * a.slot_bytes);
+  }
+  const uint64_t mine_addr = reinterpret_cast<uint64_t>(mine);
+#pragma unroll
+  for (int k = 0; k < (8 * SW + 31) / 32; ++k) {
+    const int w = lane + 32 * k, u = min(w / SW, 7), j = w - u * SW;
+    const auto src = reinterpret_cast<const uint16_t*>(__shfl_sync(0xffffffffu, mine_addr, u));
+    if (w < 8 * SW) reinterpret_cast<uint16_t*>(rows + u * RB)[j] = __ldcs(src + j);
+  }
+  __syncwarp();
+  const uint8_t* s = rows + r * RB;
+  const int64_t th = th0 + r;
+  const bool live = th < int64_t(len) * a.n_kv_heads;
+  const int64_t pos = th / a.n_kv_heads;
+  const int h = int(th - pos * a.n_kv_heads);
+  const int64_t row = (int64_t(a.out_offsets[seq]) + pos) * a.n_kv_heads + h;
+  T* ko = static_cast<T*>(a.k_out) + row * D + 8 * q;
+  T* vo = static_cast<T*>(a.v_out) + row * D + 8 * q;
+
+  float x[E];  // element 32i + 8q + e in x[8i + e]
+  if constexpr (C::kKey == KeyKind::mse) {
+    constexpr int KB = C::kKeyBits;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const uint32_t w = codes8<KB>(s, KB * (4 * i + q));
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[8 * i + e] = s_cen[(w >> (KB * e)) & ((1u << KB) - 1u)];
+    }
+    float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(s + C::kIdxBytes)));
+    if (t.nc) scale = __fmul_rn(scale, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dev::tree_sum_squares<3, 2>(x), 1e-16f))));
+#pragma unroll
+    for (int k = 0; k < E; ++k) x[k] = __fmul_rn(x[k], scale);
+    dev::fwht<3, 2>(x, lane);
+#pragma unroll
+    for (int k = 0; k < E; ++k) x[k] = __fmul_rn(x[k], t.rot_scale);
+  } else {  // fp8 E4M3: exact in fp16 and bf16
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const uint8_t* b = s + 32 * i + 8 * q;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[8 * i + e] = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b[e]), __NV_E4M3)));
+    }
+  }
+  if (live) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      float o[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = x[8 * i + e];
+      store8<T>(ko + 32 * i, o);
+    }
+  }
+
+  const uint8_t* vs = s + C::kKeyBytes;
+  const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes)));
+  const float zero = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes + 2)));
+  constexpr int VB = C::kValueBits;
+#pragma unroll
+  for (int i = 0; i < NI; ++i) {
+    const uint32_t w = codes8<VB>(vs, VB * (4 * i + q));
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(__fmul_rn(float((w >> (VB * e)) & ((1u << VB) - 1u)), scale), zero);
+    if (live) store8<T>(vo + 32 * i, v);
+  }
+}
+
 }  // namespace
 
 void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t stream) {
@@ -199,9 +345,21 @@ void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t s
   if ((warps + kWarps - 1) / kWarps > 0x7fffffff) throw_error("dequant_paged: max_seq_len · n_kv_heads too large");
   if (p.blocks.batch > 65535) throw_error("dequant_paged: batch must be ≤ 65535");
   const dim3 grid(unsigned((warps + kWarps - 1) / kWarps), unsigned(p.blocks.batch));
+  // the quad kernel stores 16 bytes at a time: outputs 16-byte aligned (rows are D ≥ 64 values)
+  const bool out16 = reinterpret_cast<uintptr_t>(p.k_out) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_out) % 16 == 0;
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
-    if (p.dtype == DequantDtype::bf16) dequant_kernel<C, __nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a, t);
+    const bool bf = p.dtype == DequantDtype::bf16;
+    if constexpr (quad_dequant_supported<C>()) {
+      if (out16) {
+        const dim3 qgrid(unsigned((warps + 8 * kQuadWarps - 1) / (8 * kQuadWarps)), unsigned(p.blocks.batch));
+        if (bf) dequant_quad_kernel<C, __nv_bfloat16><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
+        else dequant_quad_kernel<C, __half><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
+        TQ_CUDA_CHECK(cudaGetLastError());
+        return;
+      }
+    }
+    if (bf) dequant_kernel<C, __nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a, t);
     else dequant_kernel<C, __half><<<grid, kWarps * 32, 0, stream>>>(a, t);
     TQ_CUDA_CHECK(cudaGetLastError());
   });

@@ -476,26 +476,31 @@ TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[
       std::vector<int32_t> offs(size_t(F.pg.batch));
       for (int b = 0; b < F.pg.batch; ++b) offs[size_t(b)] = int32_t(F.first[size_t(b)] + 3 * b);
       const size_t rows = size_t(F.pg.total_tokens + 3 * F.pg.batch);
-      DevMem doffs(offs.size() * 4), ko(rows * c.hkv * d * 2), vo(rows * c.hkv * d * 2);
+      const size_t n = rows * c.hkv * d;
+      DevMem doffs(offs.size() * 4), ko(n * 2 + 16), vo(n * 2 + 16);
       doffs.upload(offs);
-      auto params = [&](DequantDtype dt) {
+      // sh: output offset in elements; 0 keeps K/V 16-byte aligned (the quad kernel), 1 makes them
+      // 2-byte aligned (the warp kernel)
+      auto params = [&](DequantDtype dt, size_t sh) {
         tq::cuda::DequantParams p;
         p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
         p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
         p.out_offsets = doffs.as<int32_t>();
-        p.k_out = ko.as();
-        p.v_out = vo.as();
+        p.k_out = static_cast<uint16_t*>(ko.as()) + sh;
+        p.v_out = static_cast<uint16_t*>(vo.as()) + sh;
         p.max_seq_len = F.pg.max_len;
         p.dtype = dt;
         return p;
       };
-      for (const DequantDtype dt : {DequantDtype::f16, DequantDtype::bf16}) {
+      for (const int pass : {0, 1, 2, 3}) {
+        const DequantDtype dt = pass & 1 ? DequantDtype::bf16 : DequantDtype::f16;
         const bool bf = dt == DequantDtype::bf16;
+        const size_t sh = pass >= 2 ? 1 : 0;
         ko.fill(0xff);
         vo.fill(0xff);
-        tq::cuda::dequant_paged(kf, params(dt));
+        tq::cuda::dequant_paged(kf, params(dt, sh));
         device_sync();
-        const auto kg = ko.download<uint16_t>(rows * c.hkv * d), vg = vo.download<uint16_t>(rows * c.hkv * d);
+        const auto kg = ko.download<uint16_t>(n + sh), vg = vo.download<uint16_t>(n + sh);
         auto want = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
         std::vector<uint8_t> written(rows, 0);
         for (int b = 0; b < F.pg.batch; ++b)
@@ -505,18 +510,21 @@ TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[
               for (int j = 0; j < d; ++j) {
                 const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
                 const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
-                INFO(fmt << " d=" << d << (bf ? " bf16" : " fp16") << " sequence " << b << " position " << t
-                         << " head " << h << " dim " << j);
-                REQUIRE(kg[dst] == want(F.k[src]));
-                REQUIRE(vg[dst] == want(F.v[src]));
+                INFO(fmt << " d=" << d << (bf ? " bf16" : " fp16") << (sh ? " unaligned" : "") << " sequence " << b
+                         << " position " << t << " head " << h << " dim " << j);
+                REQUIRE(kg[sh + dst] == want(F.k[src]));
+                REQUIRE(vg[sh + dst] == want(F.v[src]));
               }
           }
         for (size_t r = 0; r < rows; ++r)
           if (!written[r])
-            for (size_t i = 0; i < size_t(c.hkv) * d; ++i) REQUIRE(kg[r * c.hkv * d + i] == 0xffff);
+            for (size_t i = 0; i < size_t(c.hkv) * d; ++i) {
+              REQUIRE(kg[sh + r * c.hkv * d + i] == 0xffff);
+              REQUIRE(vg[sh + r * c.hkv * d + i] == 0xffff);
+            }
       }
       if (fmt == "turbo4" && d == 256)  // (once) an output type the kernel does not have: refused by name
-        REQUIRE_THROWS_WITH(tq::cuda::dequant_paged(kf, params(static_cast<DequantDtype>(7))),
+        REQUIRE_THROWS_WITH(tq::cuda::dequant_paged(kf, params(static_cast<DequantDtype>(7), 0)),
                             Catch::Matchers::Contains("unknown output dtype 7"));
     }
 }
