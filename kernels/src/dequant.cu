@@ -1,7 +1,9 @@
-// Paged dequant to fp16 or bf16: one warp per token-head. Keys are inverse-rotated
-// to the original basis with the CPU decoder's exact float32 operation order, so
+// Paged dequant to fp16 or bf16: four lanes per token-head when both outputs are 16-byte
+// aligned (the quad kernel), else one warp per token-head. Keys are inverse-rotated to the
+// original basis with the CPU decoder's exact float32 operation order, so
 // k_out == half(MseCodec/TurboCodec/PlainCodec::decode) (or bf16(…)) bit for bit;
-// values are code·scale16 + zero16 (one rounding each, as UniformCodec::decode).
+// values are code·scale16 + zero16 (one rounding each, as UniformCodec::decode), or turbo
+// blocks like the keys.
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -170,9 +172,9 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
   }
 }
 
-// ---- quad kernel: four lanes per token-head (mse or fp8 keys + uniform values) ----
+// ---- quad kernel: four lanes per token-head (every format; outputs 16-byte aligned) ----
 // The warp kernel above spends most of its instructions on shuffles (FWHT lane stages and
-// the norm tree with 4 values per lane) and 2-byte stores: 32% of copy bandwidth (run 19).
+// the norm tree with 4 values per lane) and 2-byte stores: 26–42% of copy bandwidth (run 19).
 // As in the quad store, lane q of quad r holds elements j = 32i + 8q + e (e < 8) of row r:
 // FWHT stages h = 1, 2, 4 and ≥ 32 inside the lane, 8 and 16 across the quad, the norm tree
 // likewise (bitexact.cuh: the CPU's order, so the outputs are the same bits), one 16-byte
@@ -183,10 +185,6 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
 // table then a cache round trip, held it at 38%).
 constexpr int kQuadWarps = 4;
 
-template <class C>
-constexpr bool quad_dequant_supported() {
-  return (C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform;
-}
 template <class C>
 constexpr int quad_row_bytes() {  // a staged slot, padded to 4 bytes
   return (C::kKeyBytes + C::kValueBytes + 3) & ~3;
@@ -210,7 +208,7 @@ __device__ __forceinline__ uint32_t codes8(const uint8_t* s, int off) {
 }
 
 template <class T>
-__device__ __forceinline__ void store8(T* dst, const float (&x)[8]) {
+__device__ __forceinline__ void store8(T* dst, const float* x) {
   uint32_t w[4];
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
@@ -220,14 +218,130 @@ __device__ __forceinline__ void store8(T* dst, const float (&x)[8]) {
   __stcs(reinterpret_cast<uint4*>(dst), make_uint4(w[0], w[1], w[2], w[3]));
 }
 
+// turbo_decode_block in the quad layout (block element 32i + 8q + e in y[8i + e]): the same
+// operations in the same order, so the same bits.
+template <int KB>
+__device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, float rot_scale, const float* s_cen,
+                                                 const uint32_t* s_signs, float (&y)[32]) {
+  const int q = lane & 3;
+  const float norm = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk)));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // KB = 4: 4-bit codes at byte 2 + j/2; KB = 3: 2-bit codes at byte 2 + j/4, their third
+    // bits at byte 34 + j/8
+    const uint32_t w = codes8<KB == 4 ? 4 : 2>(blk + 2, (KB == 4 ? 4 : 2) * (4 * i + q));
+    const uint32_t hi = KB == 4 ? 0u : uint32_t(blk[34 + 4 * i + q]);
+    const uint32_t neg = s_signs[4 + i] >> (8 * q);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const uint32_t idx = KB == 4 ? (w >> (4 * e)) & 15u : ((w >> (2 * e)) & 3u) | (((hi >> e) & 1u) << 2);
+      const float c = __fmul_rn(s_cen[idx], norm);
+      y[8 * i + e] = (neg >> e) & 1u ? -c : c;
+    }
+  }
+  dev::fwht<3, 2>(y, lane);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t neg = s_signs[i] >> (8 * q);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[8 * i + e] = __fmul_rn(y[8 * i + e], (neg >> e) & 1u ? -rot_scale : rot_scale);
+  }
+}
+
+// A record of C::kTurboBlocks blocks → the first D outputs; out points at the lane's 8q.
+template <class C, int KB, class T>
+__device__ __forceinline__ void quad_turbo_record(const uint8_t* rec, T* out, bool live, int lane, float rot_scale,
+                                                  const float* s_cen, const uint32_t* s_signs) {
+#pragma unroll
+  for (int b = 0; b < C::kTurboBlocks; ++b) {
+    float y[32];
+    quad_turbo_block<KB>(rec + b * C::kTurboBlockBytes, lane, rot_scale, s_cen, s_signs, y);
+    if (live) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (128 * b + 32 * i < C::kD) store8<T>(out + 128 * b + 32 * i, y + 8 * i);
+    }
+  }
+}
+
+// A row's key (staged slot s) → its D outputs; out points at the lane's 8q.
+template <class C, class T>
+__device__ __forceinline__ void quad_keys(const uint8_t* s, T* out, bool live, int lane, const DequantTables& t,
+                                          const float* s_cen, const uint32_t* s_signs) {
+  constexpr int NI = C::kD / 32;
+  const int q = lane & 3;
+  if constexpr (C::kKey == KeyKind::turbo) {
+    quad_turbo_record<C, C::kKeyBits, T>(s, out, live, lane, t.rot_scale, s_cen, s_signs);
+    return;
+  } else {
+    float x[C::kD / 4];  // element 32i + 8q + e in x[8i + e]
+    if constexpr (C::kKey == KeyKind::mse) {
+      constexpr int KB = C::kKeyBits;
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        const uint32_t w = codes8<KB>(s, KB * (4 * i + q));
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[8 * i + e] = s_cen[(w >> (KB * e)) & ((1u << KB) - 1u)];
+      }
+      float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(s + C::kIdxBytes)));
+      if (t.nc)
+        scale = __fmul_rn(scale, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dev::tree_sum_squares<3, 2>(x), 1e-16f))));
+#pragma unroll
+      for (int k = 0; k < C::kD / 4; ++k) x[k] = __fmul_rn(x[k], scale);
+      dev::fwht<3, 2>(x, lane);
+#pragma unroll
+      for (int k = 0; k < C::kD / 4; ++k) x[k] = __fmul_rn(x[k], t.rot_scale);
+    } else {  // fp8 E4M3: exact in fp16 and bf16
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        const uint8_t* b = s + 32 * i + 8 * q;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          x[8 * i + e] = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b[e]), __NV_E4M3)));
+      }
+    }
+    if (live) {
+#pragma unroll
+      for (int i = 0; i < NI; ++i) store8<T>(out + 32 * i, x + 8 * i);
+    }
+  }
+}
+
+// A row's value (vs: the staged slot's value part) → its D outputs.
+template <class C, class T>
+__device__ __forceinline__ void quad_values(const uint8_t* vs, T* out, bool live, int lane, const DequantTables& t,
+                                            const float* s_cen, const uint32_t* s_signs) {
+  if constexpr (C::kValue == ValueKind::turbo) {
+    quad_turbo_record<C, C::kValueBits, T>(vs, out, live, lane, t.rot_scale, s_cen, s_signs);
+  } else {
+    constexpr int VB = C::kValueBits;
+    const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes)));
+    const float zero = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes + 2)));
+#pragma unroll
+    for (int i = 0; i < C::kD / 32; ++i) {
+      const uint32_t w = codes8<VB>(vs, VB * (4 * i + (lane & 3)));
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(__fmul_rn(float((w >> (VB * e)) & ((1u << VB) - 1u)), scale), zero);
+      if (live) store8<T>(out + 32 * i, v);
+    }
+  }
+}
+
 template <class C, class T>
 __global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantArgs a, DequantTables t) {
-  constexpr int D = C::kD, NI = D / 32, E = D / 4, RB = quad_row_bytes<C>();
+  constexpr int D = C::kD, RB = quad_row_bytes<C>();
   __shared__ float s_cen[16];
+  __shared__ uint32_t s_signs[8];
   __shared__ __align__(16) uint8_t s_rows[kQuadWarps][8 * RB];
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  // compile-time indices (see dequant_kernel)
 #pragma unroll
     for (int i = 0; i < 16; ++i) s_cen[i] = t.centroids[i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_signs[i] = t.s1[i];
+      s_signs[4 + i] = t.s2[i];
+    }
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, q = lane & 3;
@@ -267,53 +381,8 @@ __global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantAr
   T* ko = static_cast<T*>(a.k_out) + row * D + 8 * q;
   T* vo = static_cast<T*>(a.v_out) + row * D + 8 * q;
 
-  float x[E];  // element 32i + 8q + e in x[8i + e]
-  if constexpr (C::kKey == KeyKind::mse) {
-    constexpr int KB = C::kKeyBits;
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const uint32_t w = codes8<KB>(s, KB * (4 * i + q));
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[8 * i + e] = s_cen[(w >> (KB * e)) & ((1u << KB) - 1u)];
-    }
-    float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(s + C::kIdxBytes)));
-    if (t.nc) scale = __fmul_rn(scale, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dev::tree_sum_squares<3, 2>(x), 1e-16f))));
-#pragma unroll
-    for (int k = 0; k < E; ++k) x[k] = __fmul_rn(x[k], scale);
-    dev::fwht<3, 2>(x, lane);
-#pragma unroll
-    for (int k = 0; k < E; ++k) x[k] = __fmul_rn(x[k], t.rot_scale);
-  } else {  // fp8 E4M3: exact in fp16 and bf16
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      const uint8_t* b = s + 32 * i + 8 * q;
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[8 * i + e] = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b[e]), __NV_E4M3)));
-    }
-  }
-  if (live) {
-#pragma unroll
-    for (int i = 0; i < NI; ++i) {
-      float o[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = x[8 * i + e];
-      store8<T>(ko + 32 * i, o);
-    }
-  }
-
-  const uint8_t* vs = s + C::kKeyBytes;
-  const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes)));
-  const float zero = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes + 2)));
-  constexpr int VB = C::kValueBits;
-#pragma unroll
-  for (int i = 0; i < NI; ++i) {
-    const uint32_t w = codes8<VB>(vs, VB * (4 * i + q));
-    float v[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(__fmul_rn(float((w >> (VB * e)) & ((1u << VB) - 1u)), scale), zero);
-    if (live) store8<T>(vo + 32 * i, v);
-  }
+  quad_keys<C, T>(s, ko, live, lane, t, s_cen, s_signs);
+  quad_values<C, T>(s + C::kKeyBytes, vo, live, lane, t, s_cen, s_signs);
 }
 
 }  // namespace
@@ -350,16 +419,11 @@ void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t s
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     const bool bf = p.dtype == DequantDtype::bf16;
-    if constexpr (quad_dequant_supported<C>()) {
-      if (out16) {
-        const dim3 qgrid(unsigned((warps + 8 * kQuadWarps - 1) / (8 * kQuadWarps)), unsigned(p.blocks.batch));
-        if (bf) dequant_quad_kernel<C, __nv_bfloat16><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
-        else dequant_quad_kernel<C, __half><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
-        TQ_CUDA_CHECK(cudaGetLastError());
-        return;
-      }
-    }
-    if (bf) dequant_kernel<C, __nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a, t);
+    if (out16) {
+      const dim3 qgrid(unsigned((warps + 8 * kQuadWarps - 1) / (8 * kQuadWarps)), unsigned(p.blocks.batch));
+      if (bf) dequant_quad_kernel<C, __nv_bfloat16><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
+      else dequant_quad_kernel<C, __half><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
+    } else if (bf) dequant_kernel<C, __nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a, t);
     else dequant_kernel<C, __half><<<grid, kWarps * 32, 0, stream>>>(a, t);
     TQ_CUDA_CHECK(cudaGetLastError());
   });
