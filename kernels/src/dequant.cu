@@ -37,6 +37,22 @@ struct DequantArgs {
   void* v_out;
 };
 
+// Centroids and turbo sign words → shared, then a block barrier. One thread with
+// compile-time indices: indexing the parameter struct at run time (or copying by thread
+// index) would copy it to a local-memory stack frame.
+__device__ __forceinline__ void tables_to_shared(const DequantTables& t, float* s_cen, uint32_t* s_signs) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s_cen[i] = t.centroids[i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_signs[i] = t.s1[i];
+      s_signs[4 + i] = t.s2[i];
+    }
+  }
+  __syncthreads();
+}
+
 // float32 → the output type, round to nearest even (as tq::float_to_half / float_to_bf16)
 template <class T>
 __device__ __forceinline__ T to_out(float x) {
@@ -106,18 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
   __shared__ float s_cen[16];
   __shared__ uint32_t s_signs[8];
   __shared__ __align__(4) uint8_t s_slot[kWarps][kSlotMax];
-  // Tables → shared with compile-time indices (indexing the parameter struct at
-  // run time would copy it to a local-memory stack frame).
-  if (threadIdx.x == 0) {  // one thread, compile-time indices (tid-indexed copies became local-memory loads)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) s_cen[i] = t.centroids[i];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s_signs[i] = t.s1[i];
-      s_signs[4 + i] = t.s2[i];
-    }
-  }
-  __syncthreads();
+  tables_to_shared(t, s_cen, s_signs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int seq = blockIdx.y;
   const int len = a.seq_lens[seq];
@@ -334,16 +339,7 @@ __global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantAr
   __shared__ float s_cen[16];
   __shared__ uint32_t s_signs[8];
   __shared__ __align__(16) uint8_t s_rows[kQuadWarps][8 * RB];
-  if (threadIdx.x == 0) {  // compile-time indices (see dequant_kernel)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) s_cen[i] = t.centroids[i];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s_signs[i] = t.s1[i];
-      s_signs[4 + i] = t.s2[i];
-    }
-  }
-  __syncthreads();
+  tables_to_shared(t, s_cen, s_signs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, q = lane & 3;
   const int seq = blockIdx.y, len = a.seq_lens[seq];
   const int64_t th0 = (int64_t(blockIdx.x) * kQuadWarps + warp) * 8;
