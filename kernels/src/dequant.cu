@@ -186,8 +186,9 @@ __global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, Deq
 // store per 8 outputs (streaming: the outputs are read later by another kernel; +2–3% for
 // k8v4, run 20). A warp's 8 slots are staged in shared memory (2-byte loads: slots are
 // 2-byte aligned); rows past the range compute and are not stored. Run 20, 32K: 80–88% of copy
-// bandwidth against the warp kernel's 32–42% (staging the 8 slots one after another, each a
-// table then a cache round trip, held it at 38%).
+// bandwidth for the mse/fp8 formats against the warp kernel's 32–42% (staging the 8 slots one
+// after another, each a table then a cache round trip, held it at 38%); turbo3/turbo4 48–58%
+// (26–30%), bound by instruction issue (two FWHTs per token-head).
 constexpr int kQuadWarps = 4;
 
 template <class C>
@@ -277,7 +278,6 @@ __device__ __forceinline__ void quad_keys(const uint8_t* s, T* out, bool live, i
   const int q = lane & 3;
   if constexpr (C::kKey == KeyKind::turbo) {
     quad_turbo_record<C, C::kKeyBits, T>(s, out, live, lane, t.rot_scale, s_cen, s_signs);
-    return;
   } else {
     float x[C::kD / 4];  // element 32i + 8q + e in x[8i + e]
     if constexpr (C::kKey == KeyKind::mse) {
