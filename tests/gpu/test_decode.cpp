@@ -4,6 +4,7 @@
 // and within 1e-3 relative error (per query row: ‖out − ref‖ / ‖ref‖).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -463,12 +464,16 @@ TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[
   for (const std::string fmt :
        {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4", "turbo3", "turbo4"})
     for (int d : {64, 128, 256}) {
+      // block sizes and kv-head counts vary over the 18 cases: a warp of the quad kernel takes
+      // 8 consecutive token-heads, so with 1, 2 or 3 heads its rows span tokens (and pages)
+      const int k = int(seed - 40);
       DecodeCase c;
       c.fmt = fmt;
       c.d = d;
-      c.hkv = 2;
-      c.bs = d == 64 ? 32 : 16;
+      c.hkv = std::array{2, 1, 3, 8}[size_t(k % 4)];
+      c.bs = std::array{16, 32, 64, 128}[size_t(k / 4 % 4)];
       c.lens = {1, 16, 17, 250};
+      INFO(fmt << " d=" << d << " kv heads " << c.hkv << " block size " << c.bs);
       tq::Rng rng(seed++);
       Filled F = fill_cache(c, rng);
       const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
