@@ -158,6 +158,7 @@ int run_gpu(const Args& a) {
     std::vector<std::string> row;
   };
   std::vector<Pending> done;
+  const auto dtype = a.dequant == "bf16" ? tq::cuda::DequantDtype::bf16 : tq::cuda::DequantDtype::f16;
   std::vector<bool> layouts;
   if (a.layout != "planes") layouts.push_back(false);
   if (a.layout != "vllm") layouts.push_back(true);
@@ -228,7 +229,6 @@ int run_gpu(const Args& a) {
       j.set("dequant", "dequant reads the vLLM cache layout only");
       row.insert(row.end(), {"-", "-", "-"});
     } else if (deq) {
-      const auto dtype = a.dequant == "bf16" ? tq::cuda::DequantDtype::bf16 : tq::cuda::DequantDtype::f16;
       const auto dq = tq::cuda::bench_dequant(f, sl, dtype, o);
       tq::Json qj = timing_json(dq.t);
       qj.set("dtype", a.dequant);

@@ -87,14 +87,15 @@ int cache_copies(size_t bytes) {
   return n;
 }
 
-// The block table of every sequence, in the order BenchShape::pages asks for.
-std::vector<int32_t> block_tables(const BenchShape& s, int pages_per_seq, uint64_t seed) {
+// The block table of every sequence, in the order BenchShape::pages asks for (shuffled:
+// a fixed seed, so every run reads the same pages).
+std::vector<int32_t> block_tables(const BenchShape& s, int pages_per_seq) {
   std::vector<int32_t> t(size_t(s.batch) * size_t(pages_per_seq));
   std::iota(t.begin(), t.end(), 0);
   if (s.pages == BenchShape::Pages::resident)
     for (auto& v : t) v %= BenchShape::kResidentBlocks;
   if (s.pages != BenchShape::Pages::shuffled) return t;
-  Rng rng(seed);
+  Rng rng(1);
   for (size_t i = t.size(); i > 1; --i) std::swap(t[i - 1], t[size_t(rng.below(i))]);
   return t;
 }
@@ -104,17 +105,18 @@ void check_shape(const BenchShape& s) {
            "tq-bench: batch, ctx and head counts must be ≥ 1");
 }
 
-// The shape's block tables (block_tables seed 1) and seq_lens (every sequence ctx long) on the device.
+// The shape's block tables (host copy and device) and seq_lens (every sequence ctx long).
 struct TableSetup {
+  std::vector<int32_t> host;
   std::unique_ptr<Buf> table, lens;
   BlockTable blocks;
 };
 
 TableSetup table_setup(const BenchShape& s, int pages_per_seq) {
   TableSetup t;
-  const auto tab = block_tables(s, pages_per_seq, 1);
-  t.table = std::make_unique<Buf>(tab.size() * 4);
-  TQ_CUDA_CHECK(cudaMemcpy(t.table->p, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+  t.host = block_tables(s, pages_per_seq);
+  t.table = std::make_unique<Buf>(t.host.size() * 4);
+  TQ_CUDA_CHECK(cudaMemcpy(t.table->p, t.host.data(), t.host.size() * 4, cudaMemcpyHostToDevice));
   const std::vector<int32_t> lens(size_t(s.batch), s.ctx);
   t.lens = std::make_unique<Buf>(lens.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(t.lens->p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
@@ -123,14 +125,13 @@ TableSetup table_setup(const BenchShape& s, int pages_per_seq) {
 }
 
 struct DecodeSetup {
-  TableSetup tables;
   std::unique_ptr<Buf> q, out, ws;
   DecodeParams p;
 };
 
-DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
+// Queries, output and parameters of a decode over the given block tables.
+DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks) {
   DecodeSetup d;
-  d.tables = table_setup(s, pages_per_seq);
   const size_t qn = size_t(s.batch) * s.n_q_heads * s.head_dim;
   d.q = std::make_unique<Buf>(qn * 2);
   d.out = std::make_unique<Buf>(qn * 2);
@@ -141,7 +142,7 @@ DecodeSetup decode_setup(const BenchShape& s, int pages_per_seq) {
   d.p.out = d.out->p;
   d.p.n_q_heads = s.n_q_heads;
   d.p.attn_scale = float(1.0 / std::sqrt(double(s.head_dim)));
-  d.p.blocks = d.tables.blocks;
+  d.p.blocks = blocks;
   d.p.num_splits = s.num_splits;
   d.p.max_seq_len = s.ctx;
   return d;
@@ -156,10 +157,10 @@ size_t paged_cache_bytes(const KernelFormat& kf, const BenchShape& s) {
 }
 
 // Fills a paged cache through the store kernel (random fp16 K/V, chunk by chunk), at the
-// slots the shape's block tables give (block_tables seed 1, as table_setup).
-void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, const PagedCache& cache) {
+// slots the block tables `tab` (host) give.
+void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, const PagedCache& cache,
+                      const std::vector<int32_t>& tab) {
   const int pages = seq_pages(s);
-  const std::vector<int32_t> tab = block_tables(s, pages, 1);
   const int64_t total = int64_t(s.batch) * s.ctx;
   const int64_t chunk = std::min<int64_t>(total, 32768);
   const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
@@ -182,10 +183,10 @@ void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, const PagedCa
 
 // The shape's quantized paged cache in `copies` equal copies (as many as cache_copies
 // allows, so launches rotating among them read from HBM, not L2): copy 0 filled through
-// the store kernel, the others copied from it.
+// the store kernel at the slots of `tables`, the others copied from it.
 struct Caches {
-  int pages = 0;
   int copies = 0;
+  TableSetup tables;
   std::vector<std::unique_ptr<Buf>> bufs;
   PagedCache cache;  // copy 0
   PagedCache view(int i) const {  // copy i % copies
@@ -197,13 +198,14 @@ struct Caches {
 
 Caches filled_caches(const KernelFormat& kf, const BenchShape& s) {
   Caches c;
-  c.pages = seq_pages(s);
+  const int pages = seq_pages(s);
+  c.tables = table_setup(s, pages);
   const size_t bytes = paged_cache_bytes(kf, s);
   c.copies = cache_copies(bytes);
   for (int i = 0; i < c.copies; ++i) c.bufs.push_back(std::make_unique<Buf>(bytes));
-  c.cache = {c.bufs[0]->as<uint8_t>(), int64_t(s.batch) * c.pages, s.block_size, s.n_kv_heads, kf.slot_bytes,
+  c.cache = {c.bufs[0]->as<uint8_t>(), int64_t(s.batch) * pages, s.block_size, s.n_kv_heads, kf.slot_bytes,
              s.planes ? CacheLayout::planes : CacheLayout::vllm};
-  fill_paged_cache(kf, s, c.cache);
+  fill_paged_cache(kf, s, c.cache, c.tables.host);
   for (int i = 1; i < c.copies; ++i)
     TQ_CUDA_CHECK(cudaMemcpy(c.bufs[size_t(i)]->p, c.bufs[0]->p, bytes, cudaMemcpyDeviceToDevice));
   TQ_CUDA_CHECK(cudaDeviceSynchronize());
@@ -234,7 +236,7 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
   const Caches caches = filled_caches(kf, s);
   DecodeBench r;
   r.copies = caches.copies;
-  DecodeSetup d = decode_setup(s, caches.pages);
+  DecodeSetup d = decode_setup(s, caches.tables.blocks);
   r.plan = plan_decode(kf, caches.cache, d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
   r.t = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), d.p, r.plan, d.ws->p); });
@@ -257,7 +259,8 @@ DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
     fill_random_f16(ks.back()->p, elems, uint64_t(100 + 2 * c), 0.f, 1.f);
     fill_random_f16(vs.back()->p, elems, uint64_t(101 + 2 * c), 0.3f, 1.f);
   }
-  DecodeSetup d = decode_setup(s, pages);
+  const TableSetup tables = table_setup(s, pages);
+  DecodeSetup d = decode_setup(s, tables.blocks);
   const PagedCacheF16 c0{ks[0]->p, vs[0]->p, num_blocks, s.block_size, s.n_kv_heads, s.head_dim};
   r.plan = plan_decode_f16(c0, d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
@@ -284,13 +287,12 @@ DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype 
   const Caches caches = filled_caches(kf, s);
   DequantBench r;
   r.copies = caches.copies;
-  const TableSetup tables = table_setup(s, caches.pages);
   std::vector<int32_t> offs(size_t(s.batch));  // sequence b → output rows b·ctx …
   for (int b = 0; b < s.batch; ++b) offs[size_t(b)] = b * s.ctx;
   Buf doffs(offs.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
   DequantParams p;
-  p.blocks = tables.blocks;
+  p.blocks = caches.tables.blocks;
   p.out_offsets = doffs.as<int32_t>();
   p.k_out = ko.p;
   p.v_out = vo.p;
