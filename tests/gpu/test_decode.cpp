@@ -515,8 +515,8 @@ TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[
               for (int j = 0; j < d; ++j) {
                 const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
                 const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
-                INFO(fmt << " d=" << d << (bf ? " bf16" : " fp16") << (sh ? " unaligned" : "") << " sequence " << b
-                         << " position " << t << " head " << h << " dim " << j);
+                INFO((bf ? "bf16" : "fp16") << (sh ? " unaligned" : "") << " sequence " << b << " position " << t
+                                            << " head " << h << " dim " << j);
                 REQUIRE(kg[sh + dst] == want(F.k[src]));
                 REQUIRE(vg[sh + dst] == want(F.v[src]));
               }
