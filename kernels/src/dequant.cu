@@ -1,5 +1,4 @@
-// Paged dequant to fp16 or bf16: four lanes per token-head when both outputs are 16-byte
-// aligned (the quad kernel), else one warp per token-head. Keys are inverse-rotated to the
+// Paged dequant to fp16 or bf16, four lanes per token-head. Keys are inverse-rotated to the
 // original basis with the CPU decoder's exact float32 operation order, so
 // k_out == half(MseCodec/TurboCodec/PlainCodec::decode) (or bf16(…)) bit for bit;
 // values are code·scale16 + zero16 (one rounding each, as UniformCodec::decode), or turbo
@@ -16,8 +15,6 @@
 namespace tq::cuda {
 
 namespace {
-
-constexpr int kWarps = 8;
 
 struct DequantTables {
   float centroids[16];
@@ -66,129 +63,18 @@ __device__ __forceinline__ T to_out(__half x) {
   else return __float2bfloat16_rn(__half2float(x));
 }
 
-template <int B>
-__device__ __forceinline__ int code_at(const uint8_t* s, int j) {
-  const int bit = B * j;
-  const uint32_t w = uint32_t(s[bit >> 3]) | (((bit & 7) + B > 8) ? uint32_t(s[(bit >> 3) + 1]) << 8 : 0u);
-  return int((w >> (bit & 7)) & ((1u << B) - 1u));
-}
-
-// TurboCodec::decode of one block (4 values per lane) → y (before the d cut).
-template <int KB>
-__device__ void turbo_decode_block(const uint8_t* blk, int lane, float rot_scale, const float* s_cen,
-                                   const uint32_t* s_signs, float (&y)[4]) {
-  const float norm = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int i = lane + 32 * k;
-    int idx;
-    if constexpr (KB == 4) {
-      idx = code_at<4>(blk + 2, i);
-    } else {
-      idx = code_at<2>(blk + 2, i) | (code_at<1>(blk + 34, i) << 2);
-    }
-    float c = __fmul_rn(s_cen[idx], norm);
-    if ((s_signs[4 + (i >> 5)] >> (i & 31)) & 1u) c = -c;
-    y[k] = c;
-  }
-  dev::warp_fwht(y, lane);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int i = lane + 32 * k;
-    const float sc = ((s_signs[i >> 5] >> (i & 31)) & 1u) ? -rot_scale : rot_scale;
-    y[k] = __fmul_rn(y[k], sc);
-  }
-}
-
-// A record of C::kTurboBlocks blocks → the first D outputs (d = 64: one zero-padded block).
-template <class C, int KB, class T>
-__device__ __forceinline__ void turbo_decode_record(const uint8_t* rec, T* out, int lane, float rot_scale,
-                                                    const float* s_cen, const uint32_t* s_signs) {
-#pragma unroll
-  for (int b = 0; b < C::kTurboBlocks; ++b) {
-    float y[4];
-    turbo_decode_block<KB>(rec + b * C::kTurboBlockBytes, lane, rot_scale, s_cen, s_signs, y);
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (128 * b + lane + 32 * k < C::kD) out[128 * b + lane + 32 * k] = to_out<T>(y[k]);
-  }
-}
-
-template <class C, class T>
-__global__ void __launch_bounds__(kWarps * 32) dequant_kernel(DequantArgs a, DequantTables t) {
-  constexpr int D = C::kD;
-  constexpr int E = D / 32;
-  constexpr int kSlotMax = (C::kKeyBytes + C::kValueBytes + 1 + 3) & ~3;
-  __shared__ float s_cen[16];
-  __shared__ uint32_t s_signs[8];
-  __shared__ __align__(4) uint8_t s_slot[kWarps][kSlotMax];
-  tables_to_shared(t, s_cen, s_signs);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int seq = blockIdx.y;
-  const int len = a.seq_lens[seq];
-  const int64_t th = int64_t(blockIdx.x) * kWarps + warp;
-  const int64_t pos = th / a.n_kv_heads;
-  const int h = int(th - pos * a.n_kv_heads);
-  if (pos >= len) return;
-  const int page = a.table[int64_t(seq) * a.table_stride + pos / a.block_size];
-  const uint16_t* src = reinterpret_cast<const uint16_t*>(
-      a.cache + ((int64_t(page) * a.block_size + pos % a.block_size) * a.n_kv_heads + h) * a.slot_bytes);
-  uint8_t* s = s_slot[warp];
-  for (int w = lane; w < a.slot_bytes / 2; w += 32) reinterpret_cast<uint16_t*>(s)[w] = src[w];
-  __syncwarp();
-
-  const int64_t row = (int64_t(a.out_offsets[seq]) + pos) * a.n_kv_heads + h;
-  T* ko = static_cast<T*>(a.k_out) + row * D;
-  T* vo = static_cast<T*>(a.v_out) + row * D;
-
-  if constexpr (C::kKey == KeyKind::mse) {
-    float c[E];
-#pragma unroll
-    for (int k = 0; k < E; ++k) c[k] = s_cen[code_at<C::kKeyBits>(s, lane + 32 * k)];
-    float scale = __half2float(__ushort_as_half(uint16_t(s[C::kIdxBytes] | (s[C::kIdxBytes + 1] << 8))));
-    if (t.nc) scale = __fmul_rn(scale, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dev::warp_tree_sum_squares(c), 1e-16f))));
-#pragma unroll
-    for (int k = 0; k < E; ++k) c[k] = __fmul_rn(c[k], scale);
-    dev::warp_fwht(c, lane);
-#pragma unroll
-    for (int k = 0; k < E; ++k) ko[lane + 32 * k] = to_out<T>(__fmul_rn(c[k], t.rot_scale));
-  } else if constexpr (C::kKey == KeyKind::fp8) {
-    // e4m3 ⊂ fp16 and ⊂ bf16: both conversions are exact.
-#pragma unroll
-    for (int k = 0; k < E; ++k) {
-      const __half_raw r = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(s[lane + 32 * k]), __NV_E4M3);
-      ko[lane + 32 * k] = to_out<T>(__half(r));
-    }
-  } else {
-    turbo_decode_record<C, C::kKeyBits, T>(s, ko, lane, t.rot_scale, s_cen, s_signs);
-  }
-
-  const uint8_t* vs = s + C::kKeyBytes;
-  if constexpr (C::kValue == ValueKind::uniform) {
-    const float scale = __half2float(__ushort_as_half(uint16_t(vs[C::kValueCodeBytes] | (vs[C::kValueCodeBytes + 1] << 8))));
-    const float zero =
-        __half2float(__ushort_as_half(uint16_t(vs[C::kValueCodeBytes + 2] | (vs[C::kValueCodeBytes + 3] << 8))));
-#pragma unroll
-    for (int k = 0; k < E; ++k)
-      vo[lane + 32 * k] =
-          to_out<T>(__fadd_rn(__fmul_rn(float(code_at<C::kValueBits>(vs, lane + 32 * k)), scale), zero));
-  } else {
-    turbo_decode_record<C, C::kValueBits, T>(vs, vo, lane, t.rot_scale, s_cen, s_signs);
-  }
-}
-
-// ---- quad kernel: four lanes per token-head (every format; outputs 16-byte aligned) ----
-// The warp kernel above spends most of its instructions on shuffles (FWHT lane stages and
-// the norm tree with 4 values per lane) and 2-byte stores: 26–42% of copy bandwidth (run 19).
-// As in the quad store, lane q of quad r holds elements j = 32i + 8q + e (e < 8) of row r:
-// FWHT stages h = 1, 2, 4 and ≥ 32 inside the lane, 8 and 16 across the quad, the norm tree
-// likewise (bitexact.cuh: the CPU's order, so the outputs are the same bits), one 16-byte
-// store per 8 outputs (streaming: the outputs are read later by another kernel; +2–3% for
+// Four lanes per token-head. A warp per token-head (run 19) spent most of its instructions
+// on shuffles (FWHT lane stages and the norm tree with 4 values per lane) and 2-byte stores:
+// 26–42% of copy bandwidth. As in the quad store, lane q of quad r holds elements
+// j = 32i + 8q + e (e < 8) of row r: FWHT stages h = 1, 2, 4 and ≥ 32 inside the lane, 8 and
+// 16 across the quad, the norm tree likewise (bitexact.cuh: the CPU's order, so the outputs
+// are the same bits), one 16-byte store per 8 outputs when the outputs are 16-byte aligned,
+// else 8 2-byte stores (streaming: the outputs are read later by another kernel; +2–3% for
 // k8v4, run 20). A warp's 8 slots are staged in shared memory (2-byte loads: slots are
-// 2-byte aligned); rows past the range compute and are not stored. Run 20, 32K: 80–88% of copy
-// bandwidth for the mse/fp8 formats against the warp kernel's 32–42% (staging the 8 slots one
-// after another, each a table then a cache round trip, held it at 38%); turbo3/turbo4 48–58%
-// (26–30%), bound by instruction issue (two FWHTs per token-head).
+// 2-byte aligned); rows past the range compute and are not stored. Run 20, 32K, aligned:
+// 80–88% of copy bandwidth for the mse/fp8 formats against that kernel's 32–42% (staging
+// the 8 slots one after another, each a table then a cache round trip, held it at 38%);
+// turbo3/turbo4 48–58% (26–30%), bound by instruction issue (two FWHTs per token-head).
 constexpr int kQuadWarps = 4;
 
 template <class C>
@@ -213,15 +99,24 @@ __device__ __forceinline__ uint32_t codes8(const uint8_t* s, int off) {
   }
 }
 
-template <class T>
+// 8 outputs: one 16-byte store when the outputs are 16-byte aligned (V), else 8 2-byte stores
+template <class T, bool V>
 __device__ __forceinline__ void store8(T* dst, const float* x) {
-  uint32_t w[4];
+  if constexpr (V) {
+    uint32_t w[4];
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const T a = to_out<T>(x[2 * u]), b = to_out<T>(x[2 * u + 1]);
-    w[u] = uint32_t(*reinterpret_cast<const uint16_t*>(&a)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&b)) << 16);
+    for (int u = 0; u < 4; ++u) {
+      const T a = to_out<T>(x[2 * u]), b = to_out<T>(x[2 * u + 1]);
+      w[u] = uint32_t(*reinterpret_cast<const uint16_t*>(&a)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&b)) << 16);
+    }
+    __stcs(reinterpret_cast<uint4*>(dst), make_uint4(w[0], w[1], w[2], w[3]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const T a = to_out<T>(x[e]);
+      __stcs(reinterpret_cast<unsigned short*>(dst + e), *reinterpret_cast<const unsigned short*>(&a));
+    }
   }
-  __stcs(reinterpret_cast<uint4*>(dst), make_uint4(w[0], w[1], w[2], w[3]));
 }
 
 // turbo_decode_block in the quad layout (block element 32i + 8q + e in y[8i + e]): the same
@@ -255,7 +150,7 @@ __device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, f
 }
 
 // A record of C::kTurboBlocks blocks → the first D outputs; out points at the lane's 8q.
-template <class C, int KB, class T>
+template <class C, int KB, class T, bool V>
 __device__ __forceinline__ void quad_turbo_record(const uint8_t* rec, T* out, bool live, int lane, float rot_scale,
                                                   const float* s_cen, const uint32_t* s_signs) {
 #pragma unroll
@@ -265,19 +160,19 @@ __device__ __forceinline__ void quad_turbo_record(const uint8_t* rec, T* out, bo
     if (live) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        if (128 * b + 32 * i < C::kD) store8<T>(out + 128 * b + 32 * i, y + 8 * i);
+        if (128 * b + 32 * i < C::kD) store8<T, V>(out + 128 * b + 32 * i, y + 8 * i);
     }
   }
 }
 
 // A row's key (staged slot s) → its D outputs; out points at the lane's 8q.
-template <class C, class T>
+template <class C, class T, bool V>
 __device__ __forceinline__ void quad_keys(const uint8_t* s, T* out, bool live, int lane, const DequantTables& t,
                                           const float* s_cen, const uint32_t* s_signs) {
   constexpr int NI = C::kD / 32;
   const int q = lane & 3;
   if constexpr (C::kKey == KeyKind::turbo) {
-    quad_turbo_record<C, C::kKeyBits, T>(s, out, live, lane, t.rot_scale, s_cen, s_signs);
+    quad_turbo_record<C, C::kKeyBits, T, V>(s, out, live, lane, t.rot_scale, s_cen, s_signs);
   } else {
     float x[C::kD / 4];  // element 32i + 8q + e in x[8i + e]
     if constexpr (C::kKey == KeyKind::mse) {
@@ -307,17 +202,17 @@ __device__ __forceinline__ void quad_keys(const uint8_t* s, T* out, bool live, i
     }
     if (live) {
 #pragma unroll
-      for (int i = 0; i < NI; ++i) store8<T>(out + 32 * i, x + 8 * i);
+      for (int i = 0; i < NI; ++i) store8<T, V>(out + 32 * i, x + 8 * i);
     }
   }
 }
 
 // A row's value (vs: the staged slot's value part) → its D outputs.
-template <class C, class T>
+template <class C, class T, bool V>
 __device__ __forceinline__ void quad_values(const uint8_t* vs, T* out, bool live, int lane, const DequantTables& t,
                                             const float* s_cen, const uint32_t* s_signs) {
   if constexpr (C::kValue == ValueKind::turbo) {
-    quad_turbo_record<C, C::kValueBits, T>(vs, out, live, lane, t.rot_scale, s_cen, s_signs);
+    quad_turbo_record<C, C::kValueBits, T, V>(vs, out, live, lane, t.rot_scale, s_cen, s_signs);
   } else {
     constexpr int VB = C::kValueBits;
     const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes)));
@@ -328,12 +223,12 @@ __device__ __forceinline__ void quad_values(const uint8_t* vs, T* out, bool live
       float v[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = __fadd_rn(__fmul_rn(float((w >> (VB * e)) & ((1u << VB) - 1u)), scale), zero);
-      if (live) store8<T>(out + 32 * i, v);
+      if (live) store8<T, V>(out + 32 * i, v);
     }
   }
 }
 
-template <class C, class T>
+template <class C, class T, bool V>
 __global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantArgs a, DequantTables t) {
   constexpr int D = C::kD, RB = quad_row_bytes<C>();
   __shared__ float s_cen[16];
@@ -377,8 +272,8 @@ __global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantAr
   T* ko = static_cast<T*>(a.k_out) + row * D + 8 * q;
   T* vo = static_cast<T*>(a.v_out) + row * D + 8 * q;
 
-  quad_keys<C, T>(s, ko, live, lane, t, s_cen, s_signs);
-  quad_values<C, T>(s + C::kKeyBytes, vo, live, lane, t, s_cen, s_signs);
+  quad_keys<C, T, V>(s, ko, live, lane, t, s_cen, s_signs);
+  quad_values<C, T, V>(s + C::kKeyBytes, vo, live, lane, t, s_cen, s_signs);
 }
 
 }  // namespace
@@ -406,21 +301,21 @@ void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t s
   a.out_offsets = p.out_offsets;
   a.k_out = p.k_out;
   a.v_out = p.v_out;
-  const int64_t warps = int64_t(p.max_seq_len) * p.cache.n_kv_heads;
-  if ((warps + kWarps - 1) / kWarps > 0x7fffffff) throw_error("dequant_paged: max_seq_len · n_kv_heads too large");
+  const int64_t rows = int64_t(p.max_seq_len) * p.cache.n_kv_heads;  // token-heads, 8 per warp
+  constexpr int kRowsPerBlock = 8 * kQuadWarps;
+  if ((rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff)
+    throw_error("dequant_paged: max_seq_len · n_kv_heads too large");
   if (p.blocks.batch > 65535) throw_error("dequant_paged: batch must be ≤ 65535");
-  const dim3 grid(unsigned((warps + kWarps - 1) / kWarps), unsigned(p.blocks.batch));
-  // the quad kernel stores 16 bytes at a time: outputs 16-byte aligned (rows are D ≥ 64 values)
+  const dim3 grid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.blocks.batch));
+  // rows are D ≥ 64 values: 16-byte stores when both outputs start 16-byte aligned
   const bool out16 = reinterpret_cast<uintptr_t>(p.k_out) % 16 == 0 && reinterpret_cast<uintptr_t>(p.v_out) % 16 == 0;
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     const bool bf = p.dtype == DequantDtype::bf16;
-    if (out16) {
-      const dim3 qgrid(unsigned((warps + 8 * kQuadWarps - 1) / (8 * kQuadWarps)), unsigned(p.blocks.batch));
-      if (bf) dequant_quad_kernel<C, __nv_bfloat16><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
-      else dequant_quad_kernel<C, __half><<<qgrid, kQuadWarps * 32, 0, stream>>>(a, t);
-    } else if (bf) dequant_kernel<C, __nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a, t);
-    else dequant_kernel<C, __half><<<grid, kWarps * 32, 0, stream>>>(a, t);
+    if (out16 && bf) dequant_quad_kernel<C, __nv_bfloat16, true><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
+    else if (out16) dequant_quad_kernel<C, __half, true><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
+    else if (bf) dequant_quad_kernel<C, __nv_bfloat16, false><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
+    else dequant_quad_kernel<C, __half, false><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
     TQ_CUDA_CHECK(cudaGetLastError());
   });
 }

@@ -484,8 +484,8 @@ TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[
       const size_t n = rows * c.hkv * d;
       DevMem doffs(offs.size() * 4), ko(n * 2 + 16), vo(n * 2 + 16);
       doffs.upload(offs);
-      // sh: output offset in elements; 0 keeps K/V 16-byte aligned (the quad kernel), 1 makes them
-      // 2-byte aligned (the warp kernel)
+      // sh: output offset in elements; 0 keeps K/V 16-byte aligned (16-byte stores), 1 makes them
+      // 2-byte aligned (2-byte stores)
       auto params = [&](DequantDtype dt, size_t sh) {
         tq::cuda::DequantParams p;
         p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
