@@ -202,6 +202,7 @@ int run_gpu(const Args& a) {
       dj.set("cache_copies", d.copies);
       dj.set("f16_median_ms", base.t.median_ms);
       dj.set("f16_gbps", base.gbps);
+      dj.set("f16_num_splits", base.plan.num_splits);
       dj.set("speedup_vs_f16", base.t.median_ms / d.t.median_ms);
       j.set("decode", std::move(dj));
       row.insert(row.end(), {fmt::format("{:.1f}", double(d.kv_bytes) / 1e6), fmt::format("{:.4f}", d.t.median_ms),

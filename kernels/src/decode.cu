@@ -1011,19 +1011,22 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   }
 }
 
-// ---- stage 2: one CTA per (query head, sequence), thread x: dims 2x, 2x + 1 ----
+// ---- stage 2: one CTA per (query head, sequence); thread (x, y): dims 2x, 2x + 1 of parts
+// y, y + P, y + 2P, … (P = blockDim.y), the P partial sums then added in shared memory ----
 // The parts' weights 2^(lse − max) are computed once into shared memory, then each
-// thread's loads of every part are independent, so they are in flight together (a loop
-// reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode).
+// thread's loads of its parts are independent, so they are in flight together (a loop
+// reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode). One
+// thread per dim pair walking every part took ~10 µs of a B = 1 decode with 260 parts (run 21e).
 // Every part was written by stage 1 (empty ones: o = 0, lse = −inf, weight 0).
 __global__ void merge_kernel(DecodeArgs a, int head_dim) {
-  extern __shared__ float wgt[];  // [parts]
+  extern __shared__ float wgt[];  // [parts], then P partial sums [P][head_dim + 1] (den last)
   __shared__ float wmax[32];
-  const int b = blockIdx.y, h = blockIdx.x, tid = threadIdx.x, nwarps = (blockDim.x + 31) >> 5;
+  const int b = blockIdx.y, h = blockIdx.x, x = threadIdx.x, y = threadIdx.y, P = blockDim.y;
+  const int tid = y * blockDim.x + x, nthreads = blockDim.x * P, nwarps = (nthreads + 31) >> 5;
   const int64_t row0 = (int64_t(b) * a.n_q_heads + h) * a.parts;
   asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
   float mx = -INFINITY;
-  for (int i = tid; i < a.parts; i += blockDim.x) {
+  for (int i = tid; i < a.parts; i += nthreads) {
     wgt[i] = a.lse_part[row0 + i];
     mx = fmaxf(mx, wgt[i]);
   }
@@ -1032,19 +1035,31 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   if ((tid & 31) == 0) wmax[tid >> 5] = mx;
   __syncthreads();
   for (int w = 0; w < nwarps; ++w) mx = fmaxf(mx, wmax[w]);
-  for (int i = tid; i < a.parts; i += blockDim.x) wgt[i] = mx == -INFINITY ? 0.f : exp2f(wgt[i] - mx);
+  for (int i = tid; i < a.parts; i += nthreads) wgt[i] = mx == -INFINITY ? 0.f : exp2f(wgt[i] - mx);
   __syncthreads();
-  const int d = 2 * tid;
-  if (d >= head_dim) return;
+  const int d = 2 * x;
   const float* op = a.o_part + row0 * head_dim + d;
   float den = 0.f, n0 = 0.f, n1 = 0.f;
 #pragma unroll 8
-  for (int i = 0; i < a.parts; ++i) {
+  for (int i = y; i < a.parts; i += P) {
     const float w = wgt[i];
     const float2 v = *reinterpret_cast<const float2*>(op + int64_t(i) * head_dim);
     n0 += w > 0.f ? w * v.x : 0.f;
     n1 += w > 0.f ? w * v.y : 0.f;
     den += w;
+  }
+  if (P > 1) {
+    float* red = wgt + a.parts;  // [P][head_dim + 1]
+    red[y * (head_dim + 1) + d] = n0;
+    red[y * (head_dim + 1) + d + 1] = n1;
+    if (x == 0) red[y * (head_dim + 1) + head_dim] = den;
+    __syncthreads();
+    if (y > 0) return;
+    for (int k = 1; k < P; ++k) {
+      n0 += red[k * (head_dim + 1) + d];
+      n1 += red[k * (head_dim + 1) + d + 1];
+      den += red[k * (head_dim + 1) + head_dim];
+    }
   }
   *reinterpret_cast<__half2*>(a.out + int64_t(b) * a.o_sb + int64_t(h) * a.o_sh + d) =
       den > 0.f ? __floats2half2_rn(n0 / den, n1 / den) : __floats2half2_rn(0.f, 0.f);
@@ -1108,9 +1123,12 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
   // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
   // kernel does not signal, so there the merge launches when stage 1 exits, as before)
   cudaLaunchConfig_t cfg{};
+  // P = blockDim.y threads per dim pair split the parts, ≥ 8 parts each, ≤ 1024 threads (the
+  // common 4–8 parts: P = 1, one thread per pair as before)
+  const int pairs = head_dim / 2, P = std::max(1, std::min(1024 / pairs, a.parts / 8));
   cfg.gridDim = dim3(unsigned(a.n_q_heads), unsigned(batch));
-  cfg.blockDim = dim3(unsigned(head_dim / 2));
-  cfg.dynamicSmemBytes = size_t(a.parts) * sizeof(float);
+  cfg.blockDim = dim3(unsigned(pairs), unsigned(P));
+  cfg.dynamicSmemBytes = (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float);
   cfg.stream = stream;
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
