@@ -1016,7 +1016,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 // The parts' weights 2^(lse − max) are computed once into shared memory, then each
 // thread's loads of its parts are independent, so they are in flight together (a loop
 // reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode). One
-// thread per dim pair walking every part took ~10 µs of a B = 1 decode with 260 parts (run 21e).
+// thread per dim pair walking every part was most of a B = 1 decode with hundreds of parts
+// (run 21e: SmolLM2 shape, 260 parts, 0.038 → 0.013 ms).
 // Every part was written by stage 1 (empty ones: o = 0, lse = −inf, weight 0).
 __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   extern __shared__ float wgt[];  // [parts], then P partial sums [P][head_dim + 1] (den last)
