@@ -56,12 +56,6 @@ __device__ __forceinline__ T to_out(float x) {
   if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
   else return __float2bfloat16_rn(x);
 }
-// fp16 → the output type (exact for fp8 values; fp16 is returned as it is)
-template <class T>
-__device__ __forceinline__ T to_out(__half x) {
-  if constexpr (std::is_same_v<T, __half>) return x;
-  else return __float2bfloat16_rn(__half2float(x));
-}
 
 // Four lanes per token-head. A warp per token-head (run 19) spent most of its instructions
 // on shuffles (FWHT lane stages and the norm tree with 4 values per lane) and 2-byte stores:
