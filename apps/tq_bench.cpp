@@ -153,7 +153,6 @@ int run_gpu(const Args& a) {
   struct Pending {
     tq::KvFormat f;
     tq::cuda::BenchShape sl;
-    bool planes;
     tq::Json j;
     std::vector<std::string> row;
   };
@@ -223,10 +222,10 @@ int run_gpu(const Args& a) {
     j.set("store", std::move(sj));
     row.insert(row.end(), {fmt::format("{:.1f}", st.tokens_per_s / 1e6), fmt::format("{:.0f}", st.gbps),
                            fmt::format("{:.1f}", 100 * st.gbps / copy.gbps)});
-    done.push_back({f, sl, planes, std::move(j), std::move(row)});
+    done.push_back({f, sl, std::move(j), std::move(row)});
   }
-  for (auto& [f, sl, planes, j, row] : done) {
-    if (deq && planes) {
+  for (auto& [f, sl, j, row] : done) {
+    if (deq && sl.planes) {
       j.set("dequant", "dequant reads the vLLM cache layout only");
       row.insert(row.end(), {"-", "-", "-"});
     } else if (deq) {
