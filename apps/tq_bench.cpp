@@ -1,6 +1,7 @@
 // tq-bench: time the GPU store/decode/dequant kernels per format against the FP16
 // baseline decode and the measured device-copy bandwidth (or, with --cpu, the
 // CPU reference codecs).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,12 +35,66 @@ struct Args {
   std::string pages = "shuffled";
   std::string layout = "vllm";  // vllm, planes or both (quantized cache layout)
   std::string dequant = "f16";  // output type of the timed paged dequant, or none
+  std::string seq_lens_spec;    // --seq-lens as given (empty: every sequence ctx long)
+  std::vector<int> seq_lens;    // parsed: batch entries, ctx = their maximum
   bool json = false, cpu = false, list = false;
 };
 
+int64_t total_tokens(const Args& a) {
+  if (a.seq_lens.empty()) return int64_t(a.batch) * a.ctx;
+  int64_t n = 0;
+  for (const int l : a.seq_lens) n += l;
+  return n;
+}
+
 std::string shape_text(const Args& a) {
-  return fmt::format("batch {}, q_heads {}, kv_heads {}, head_dim {}, ctx {}, block_size {}, {} pages", a.batch,
-                     a.q_heads, a.kv_heads, a.head_dim, a.ctx, a.block_size, a.pages);
+  const std::string tokens =
+      a.seq_lens.empty() ? fmt::format("ctx {}", a.ctx)
+                         : fmt::format("seq_lens {} ({} tokens, longest {})", a.seq_lens_spec, total_tokens(a), a.ctx);
+  return fmt::format("batch {}, q_heads {}, kv_heads {}, head_dim {}, {}, block_size {}, {} pages", a.batch, a.q_heads,
+                     a.kv_heads, a.head_dim, tokens, a.block_size, a.pages);
+}
+
+int parse_len(const std::string& text, const std::string& spec) {
+  size_t used = 0;
+  long v = -1;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || v < 1 || v > (1 << 30))
+    throw tq::Error(fmt::format("--seq-lens '{}': '{}' is not a length ≥ 1", spec, text));
+  return int(v);
+}
+
+// --seq-lens: "L1,L2,…" with "LxN" for N sequences of L tokens (the batch is the count), or
+// "uniform:MIN:MAX" (batch lengths drawn uniformly from [MIN, MAX], fixed seed).
+std::vector<int> parse_seq_lens(const std::string& spec, int batch, bool batch_given) {
+  std::vector<int> lens;
+  if (spec.rfind("uniform:", 0) == 0) {
+    const size_t c = spec.find(':', 8);
+    if (c == std::string::npos) throw tq::Error(fmt::format("--seq-lens '{}': expected uniform:MIN:MAX", spec));
+    const int lo = parse_len(spec.substr(8, c - 8), spec), hi = parse_len(spec.substr(c + 1), spec);
+    if (lo > hi) throw tq::Error(fmt::format("--seq-lens '{}': MIN {} > MAX {}", spec, lo, hi));
+    tq::Rng rng(17);
+    for (int b = 0; b < batch; ++b) lens.push_back(lo + int(rng.below(uint64_t(hi - lo + 1))));
+    return lens;
+  }
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    const size_t x = item.find('x');
+    const int len = parse_len(item.substr(0, x), spec);
+    const int n = x == std::string::npos ? 1 : parse_len(item.substr(x + 1), spec);
+    if (lens.size() + size_t(n) > 65535) throw tq::Error(fmt::format("--seq-lens '{}': more than 65535 sequences", spec));
+    lens.insert(lens.end(), size_t(n), len);
+    pos = end + 1;
+  }
+  if (batch_given && int(lens.size()) != batch)
+    throw tq::Error(fmt::format("--seq-lens '{}' lists {} sequences but --batch is {}", spec, lens.size(), batch));
+  return lens;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -52,8 +107,8 @@ int run_cpu(const Args& a) {
   const int g = a.q_heads / a.kv_heads;
   TQ_CHECK(a.q_heads % a.kv_heads == 0, "--q-heads {} must be a multiple of --kv-heads {}", a.q_heads, a.kv_heads);
   // Encode and dequant (decode_slots): up to 2^16 token-heads; decode: one kv head over up to 8192 tokens, extrapolated
-  // to the whole shape (batch · kv_heads such heads of ctx tokens).
-  const int64_t n_enc = std::min<int64_t>(int64_t(a.batch) * a.ctx * a.kv_heads, 1 << 16);
+  // to the whole shape (kv_heads heads over every sequence's tokens).
+  const int64_t n_enc = std::min<int64_t>(total_tokens(a) * a.kv_heads, 1 << 16);
   const int64_t n_dec = std::min(a.ctx, 8192);
   tq::Rng rng(1);
   std::vector<float> k(size_t(n_enc) * a.head_dim), v(k.size()), q(size_t(g) * a.head_dim), out(q.size());
@@ -77,7 +132,7 @@ int run_cpu(const Args& a) {
     const int64_t nd = std::min(n_dec, n_enc);
     tq::decode_attention(f, q.data(), g, slots.data(), nd, float(1.0 / std::sqrt(double(a.head_dim))), out.data());
     const double dec_s = seconds_since(t0);
-    const double est_ms = dec_s * 1e3 * double(a.batch) * a.kv_heads * (double(a.ctx) / double(nd));
+    const double est_ms = dec_s * 1e3 * a.kv_heads * (double(total_tokens(a)) / double(nd));
     tq::Json j = tq::Json::object();
     j.set("format", name);
     j.set("mode", "cpu");
@@ -113,6 +168,7 @@ int run_gpu(const Args& a) {
   s.ctx = a.ctx;
   s.block_size = a.block_size;
   s.num_splits = a.splits;
+  s.seq_lens = a.seq_lens;
   s.pages = a.pages == "shuffled"     ? tq::cuda::BenchShape::Pages::shuffled
             : a.pages == "sequential" ? tq::cuda::BenchShape::Pages::sequential
                                       : tq::cuda::BenchShape::Pages::resident;
@@ -124,7 +180,7 @@ int run_gpu(const Args& a) {
   const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
   const auto base = tq::cuda::bench_decode_f16(s, o);
   const int64_t store_tokens =
-      a.store_tokens > 0 ? a.store_tokens : std::min<int64_t>(int64_t(a.batch) * a.ctx, 131072);
+      a.store_tokens > 0 ? a.store_tokens : std::min<int64_t>(total_tokens(a), 131072);
 
   tq::Json rows = tq::Json::array();
   const bool deq = a.dequant != "none";
@@ -181,7 +237,9 @@ int run_gpu(const Args& a) {
     j.set("q_heads", a.q_heads);
     j.set("kv_heads", a.kv_heads);
     j.set("head_dim", a.head_dim);
-    j.set("ctx", a.ctx);
+    j.set("ctx", a.ctx);  // the longest sequence
+    if (!a.seq_lens.empty()) j.set("seq_lens", a.seq_lens_spec);
+    j.set("total_tokens", double(total_tokens(a)));
     j.set("block_size", a.block_size);
     j.set("pages", a.pages);
     j.set("slot_bytes", f.slot_bytes());
@@ -270,7 +328,12 @@ int main(int argc, char** argv) {
   app.add_option("--q-heads", a.q_heads, "query heads")->capture_default_str();
   app.add_option("--kv-heads", a.kv_heads, "kv heads")->capture_default_str();
   app.add_option("--head-dim", a.head_dim, "head dimension")->capture_default_str();
-  app.add_option("--ctx", a.ctx, "tokens per sequence")->capture_default_str();
+  auto* batch_opt = app.get_option("--batch");
+  auto* ctx_opt = app.add_option("--ctx", a.ctx, "tokens per sequence")->capture_default_str();
+  app.add_option("--seq-lens", a.seq_lens_spec,
+                 "a ragged batch instead of --ctx: 'L1,L2,…' ('LxN': N sequences of L tokens; the batch is their "
+                 "count) or 'uniform:MIN:MAX' (--batch lengths drawn from [MIN, MAX], fixed seed)")
+      ->excludes(ctx_opt);
   app.add_option("--splits", a.splits, "split-KV count (0 = auto from seq_len and SM count)")->capture_default_str();
   app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();
@@ -295,6 +358,11 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");
   app.add_flag("--list-formats", a.list, "list the KV formats (with --head-dim, --json)");
   return tq::run_tool("tq-bench", app, argc, argv, [&]() -> int {
+    if (!a.seq_lens_spec.empty()) {
+      a.seq_lens = parse_seq_lens(a.seq_lens_spec, a.batch, batch_opt->count() > 0);
+      a.batch = int(a.seq_lens.size());
+      a.ctx = *std::max_element(a.seq_lens.begin(), a.seq_lens.end());
+    }
     if (a.list) {
       if (a.json) std::printf("%s\n", tq::list_formats_json(a.head_dim).dump(2).c_str());
       else std::fputs(tq::list_formats_text(a.head_dim).c_str(), stdout);

@@ -103,9 +103,14 @@ std::vector<int32_t> block_tables(const BenchShape& s, int pages_per_seq) {
 void check_shape(const BenchShape& s) {
   TQ_CHECK(s.batch >= 1 && s.ctx >= 1 && s.n_kv_heads >= 1 && s.n_q_heads >= 1,
            "tq-bench: batch, ctx and head counts must be ≥ 1");
+  TQ_CHECK(s.seq_lens.empty() || s.seq_lens.size() == size_t(s.batch),
+           "tq-bench: {} sequence lengths for a batch of {}", s.seq_lens.size(), s.batch);
+  for (size_t b = 0; b < s.seq_lens.size(); ++b)
+    TQ_CHECK(s.seq_lens[b] >= 1 && s.seq_lens[b] <= s.ctx, "tq-bench: sequence {} has {} tokens (must be 1 … {})", b,
+             s.seq_lens[b], s.ctx);
 }
 
-// The shape's block tables (host copy and device) and seq_lens (every sequence ctx long).
+// The shape's block tables (host copy and device) and seq_lens (BenchShape::len).
 struct TableSetup {
   std::vector<int32_t> host;
   std::unique_ptr<Buf> table, lens;
@@ -117,7 +122,8 @@ TableSetup table_setup(const BenchShape& s, int pages_per_seq) {
   t.host = block_tables(s, pages_per_seq);
   t.table = std::make_unique<Buf>(t.host.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(t.table->p, t.host.data(), t.host.size() * 4, cudaMemcpyHostToDevice));
-  const std::vector<int32_t> lens(size_t(s.batch), s.ctx);
+  std::vector<int32_t> lens(size_t(s.batch));
+  for (int b = 0; b < s.batch; ++b) lens[size_t(b)] = s.len(b);
   t.lens = std::make_unique<Buf>(lens.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(t.lens->p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
   t.blocks = {t.table->as<int32_t>(), pages_per_seq, t.lens->as<int32_t>(), s.batch};
@@ -240,7 +246,7 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
   r.plan = plan_decode(kf, caches.cache, d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
   r.t = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), d.p, r.plan, d.ws->p); });
-  r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * kf.slot_bytes;
+  r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
   return r;
 }
@@ -269,7 +275,7 @@ DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
                           s.n_kv_heads, s.head_dim};
     paged_decode_f16(c, d.p, r.plan, d.ws->p);
   });
-  r.kv_bytes = size_t(s.batch) * size_t(s.ctx) * s.n_kv_heads * s.head_dim * 4;
+  r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * s.head_dim * 4;
   r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
   return r;
 }
@@ -278,7 +284,7 @@ DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype 
   check_shape(s);
   TQ_CHECK(!s.planes, "tq-bench: dequant reads the vLLM cache layout only");
   const KernelFormat kf = kernel_format(f);
-  const size_t rows = size_t(s.batch) * size_t(s.ctx), out_bytes = rows * s.n_kv_heads * s.head_dim * 2;
+  const size_t rows = size_t(s.total_tokens()), out_bytes = rows * s.n_kv_heads * s.head_dim * 2;
   TQ_CHECK(2 * out_bytes + 2 * paged_cache_bytes(kf, s) <= free_device_bytes(),  // outputs + two cache copies
            "tq-bench: the dequant's output ({:.2f} GB for K and V) does not fit in device memory "
            "(--dequant none skips the dequant)",
@@ -287,8 +293,8 @@ DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype 
   const Caches caches = filled_caches(kf, s);
   DequantBench r;
   r.copies = caches.copies;
-  std::vector<int32_t> offs(size_t(s.batch));  // sequence b → output rows b·ctx …
-  for (int b = 0; b < s.batch; ++b) offs[size_t(b)] = b * s.ctx;
+  std::vector<int32_t> offs(size_t(s.batch));  // sequence b → output rows Σ_{b' < b} len(b') …
+  for (int b = 1; b < s.batch; ++b) offs[size_t(b)] = offs[size_t(b - 1)] + s.len(b - 1);
   Buf doffs(offs.size() * 4);
   TQ_CUDA_CHECK(cudaMemcpy(doffs.p, offs.data(), offs.size() * 4, cudaMemcpyHostToDevice));
   DequantParams p;

@@ -40,6 +40,41 @@ expect_rc 2
 expect_err "--dequant"
 expect_empty_out
 
+# ragged batches: --seq-lens (a list, LxN repeats, or uniform:MIN:MAX), checked before any GPU is looked for
+run "$BIN" --cpu --format turboquant_4bit_nc --seq-lens 256,64x3 --json
+expect_rc 0
+expect_json
+expect_out '"decode_est_ms_full_shape"'
+
+run "$BIN" --cpu --format turboquant_4bit_nc --seq-lens 256,64x3
+expect_rc 0
+expect_out "seq_lens 256,64x3 (448 tokens, longest 256)"
+
+run "$BIN" --format turboquant_4bit_nc --seq-lens 4096,x3
+expect_rc 2
+expect_err "'' is not a length"
+expect_empty_out
+
+run "$BIN" --format turboquant_4bit_nc --seq-lens 5x3 --batch 4
+expect_rc 2
+expect_err "lists 3 sequences but --batch is 4"
+expect_empty_out
+
+run "$BIN" --format turboquant_4bit_nc --seq-lens 5 --ctx 4
+expect_rc 2
+expect_err "excludes"
+expect_empty_out
+
+run "$BIN" --format turboquant_4bit_nc --seq-lens uniform:9:3
+expect_rc 2
+expect_err "MIN 9 > MAX 3"
+expect_empty_out
+
+run "$BIN" --format turboquant_4bit_nc --seq-lens 7,0
+expect_rc 2
+expect_err "'0' is not a length"
+expect_empty_out
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   run "$BIN" --format turboquant_4bit_nc --batch 1 --ctx 64
   expect_rc 2

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tq/cuda/decode.h"
 #include "tq/cuda/dequant.h"
@@ -30,6 +31,15 @@ struct BenchShape {
   // Quantized cache in CacheLayout::planes instead of the vLLM slot layout
   // (bench_decode / bench_store; formats with planes_support only).
   bool planes = false;
+  // Tokens of each sequence (a ragged batch: `batch` entries, 1 ≤ len ≤ ctx, ctx their
+  // maximum); empty: every sequence is ctx tokens long.
+  std::vector<int> seq_lens;
+  int len(int b) const { return seq_lens.empty() ? ctx : seq_lens[size_t(b)]; }
+  int64_t total_tokens() const {
+    int64_t n = 0;
+    for (int b = 0; b < batch; ++b) n += len(b);
+    return n;
+  }
 };
 
 struct BenchOptions {
@@ -53,7 +63,7 @@ CopyBench bench_copy(size_t bytes, const BenchOptions& o);
 
 struct DecodeBench {
   Timing t;
-  size_t kv_bytes = 0;  // KV bytes the kernel must read: every slot of every sequence once
+  size_t kv_bytes = 0;  // KV bytes the kernel must read: every slot of every sequence once (Σ seq_lens)
   double gbps = 0;      // kv_bytes / median time
   int copies = 0;       // cache copies rotated between launches (so L2 does not flatter)
   DecodePlan plan;
@@ -69,7 +79,7 @@ struct StoreBench {
 };
 StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, const BenchOptions& o);
 
-// Paged dequant of the whole shape (batch · ctx tokens, vLLM layout) to fp16 or bf16.
+// Paged dequant of the whole shape (every token of every sequence, vLLM layout) to fp16 or bf16.
 struct DequantBench {
   Timing t;
   size_t bytes = 0;  // slots read + K and V written (2 bytes per value each)
