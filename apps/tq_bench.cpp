@@ -253,6 +253,7 @@ int run_gpu(const Args& a) {
       dj.set("gbps", d.gbps);
       dj.set("pct_copy", 100 * d.gbps / copy.gbps);
       dj.set("num_splits", d.plan.num_splits);
+      dj.set("items", d.plan.items);  // CTAs per head group the batch's tokens are dealt out over
       dj.set("parts", d.plan.parts);
       dj.set("ctas_per_sm", d.plan.ctas_per_sm);
       dj.set("smem_bytes", d.plan.smem_bytes);

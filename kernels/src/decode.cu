@@ -3,7 +3,8 @@
 // block's rotated domain, keys and values through the pair LUT, the inverse rotation
 // once per part at the write-out).
 //
-// Per CTA (split, group of hpc kv heads, sequence): hpc × wph warps; warp (h, w)
+// Per CTA (work item: a chunk of one sequence's tokens, dev::work_item; group of hpc kv
+// heads): hpc × wph warps; warp (h, w)
 // owns head h of 32-token sub-tile w of every pipeline stage and keeps its own
 // softmax state (one "part" of the log-sum-exp merge).
 //
@@ -360,12 +361,16 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int hpc = H ? H : a.hpc, wph = H ? Q::kCtaWarps / H : a.wph;
   const int hl = warp % hpc, ws = warp / hpc;
-  const int split = blockIdx.x, hg = blockIdx.y, b = blockIdx.z;
+  const int item = blockIdx.x, hg = blockIdx.y;
+  const int tile = kSub * wph;
+  const dev::WorkItem wi = dev::work_item(a.seq_lens, a.batch, a.items, tile, item);  // every warp: the same
+  if (wi.b < 0) return;  // an unused item (the lengths fit in fewer)
+  const int b = wi.b;
+  if (wi.k == 0 && hg == 0 && tid == 0 && a.items != a.batch) a.seq_items[b] = make_int2(item, wi.count);  // for the merge
+  const dev::Range rg = wi.r;
   const int kvh = hg * hpc + hl;
   const int r = lane >> 2, p = lane & 3;
-  const int tile = kSub * wph;
   const int S = a.stages;
-  const dev::Range rg = dev::split_range(a.seq_lens[b], split, a.num_splits, tile);
 
   const uint32_t dyn_base = dev::smem_u32(smem);
   const int half_bytes = 16 * hpc * SLOT;
@@ -926,8 +931,11 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[i][j] += __shfl_xor_sync(dev::kFull, acc[i][j], 2);
   }
-  const int part = split * wph + ws;
-  auto part_row = [&](int qh_idx) { return (int64_t(b) * a.n_q_heads + qh_idx) * a.parts + part; };  // workspace row
+  // Workspace row of query head qh_idx; parts == 1: the out row of sequence b = item (the
+  // plan has one item per sequence then). Both from blockIdx.x (S2R) rather than from
+  // values kept in registers through the main loop.
+  auto part_row = [&](int qh_idx) { return (int64_t(qh_idx) * a.items + blockIdx.x) * wph + ws; };
+  auto out_row = [&](int qh_idx) { return a.out + int64_t(blockIdx.x) * a.o_sb + int64_t(qh_idx) * a.o_sh; };
   // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
   auto total = [&](float v) {
     if constexpr (PK) v += __shfl_xor_sync(dev::kFull, v, 2);
@@ -970,7 +978,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         if (j >= C::kD) continue;
         const float v = y[k] * ((t.s1[k] >> lane) & 1u ? -osc : osc);
         if (a.parts == 1)
-          a.out[int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh + j] = __float2half_rn(v);
+          out_row(qh_idx)[j] = __float2half_rn(v);
         else
           a.o_part[row * C::kD + j] = v;
       }
@@ -993,7 +1001,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         return (16.f * (v - pp) + z) * inv;
       };
       if (a.parts == 1) {
-        __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh_idx) * a.o_sh;
+        __half* o = out_row(qh_idx);
 #pragma unroll
         for (int i = 0; i < D / 16; ++i)
           *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
@@ -1012,42 +1020,50 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 }
 
 // ---- stage 2: one CTA per (query head, sequence); thread (x, y): dims 2x, 2x + 1 of parts
-// y, y + P, y + 2P, … (P = blockDim.y), the P partial sums then added in shared memory ----
+// y, y + P, y + 2P, … (P = blockDim.y) of the sequence's parts (its work items' warps:
+// DecodeArgs::seq_items), the P partial sums then added in shared memory ----
 // The parts' weights 2^(lse − max) are computed once into shared memory, then each
 // thread's loads of its parts are independent, so they are in flight together (a loop
 // reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode). One
 // thread per dim pair walking every part was most of a B = 1 decode with hundreds of parts
-// (run 21e: SmolLM2 shape, 260 parts, 0.038 → 0.013 ms).
+// (run 21e: SmolLM2 shape, 260 parts, 0.038 → 0.013 ms). Shared memory holds a.parts
+// weights (the plan's bound); more parts (seq_lens longer than the plan's max_seq_len) take
+// several passes.
 // Every part was written by stage 1 (empty ones: o = 0, lse = −inf, weight 0).
 __global__ void merge_kernel(DecodeArgs a, int head_dim) {
-  extern __shared__ float wgt[];  // [parts], then P partial sums [P][head_dim + 1] (den last)
+  extern __shared__ float wgt[];  // [a.parts] weights, then P partial sums [P][head_dim + 1] (den last)
   __shared__ float wmax[32];
   const int b = blockIdx.y, h = blockIdx.x, x = threadIdx.x, y = threadIdx.y, P = blockDim.y;
   const int tid = y * blockDim.x + x, nthreads = blockDim.x * P, nwarps = (nthreads + 31) >> 5;
-  const int64_t row0 = (int64_t(b) * a.n_q_heads + h) * a.parts;
   asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
+  // sequence b's work items (one per sequence: item b; else stage 1 wrote them)
+  const int2 si = a.items == a.batch ? make_int2(b, 1) : a.seq_items[b];
+  const int n = si.y * a.wph;
+  const int64_t row0 = (int64_t(h) * a.items + si.x) * a.wph;
   float mx = -INFINITY;
-  for (int i = tid; i < a.parts; i += nthreads) {
-    wgt[i] = a.lse_part[row0 + i];
-    mx = fmaxf(mx, wgt[i]);
-  }
+  for (int i = tid; i < n; i += nthreads) mx = fmaxf(mx, a.lse_part[row0 + i]);
 #pragma unroll
   for (int o = 16; o >= 1; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, o));
   if ((tid & 31) == 0) wmax[tid >> 5] = mx;
   __syncthreads();
   for (int w = 0; w < nwarps; ++w) mx = fmaxf(mx, wmax[w]);
-  for (int i = tid; i < a.parts; i += nthreads) wgt[i] = mx == -INFINITY ? 0.f : exp2f(wgt[i] - mx);
-  __syncthreads();
   const int d = 2 * x;
-  const float* op = a.o_part + row0 * head_dim + d;
   float den = 0.f, n0 = 0.f, n1 = 0.f;
+  // parts [base, base + a.parts) per pass: one pass unless seq_lens exceed the plan's max_seq_len
+  for (int base = 0; base < n; base += a.parts) {
+    const int m = min(a.parts, n - base);
+    for (int i = tid; i < m; i += nthreads) wgt[i] = mx == -INFINITY ? 0.f : exp2f(a.lse_part[row0 + base + i] - mx);
+    __syncthreads();
+    const float* op = a.o_part + (row0 + base) * head_dim + d;
 #pragma unroll 8
-  for (int i = y; i < a.parts; i += P) {
-    const float w = wgt[i];
-    const float2 v = *reinterpret_cast<const float2*>(op + int64_t(i) * head_dim);
-    n0 += w > 0.f ? w * v.x : 0.f;
-    n1 += w > 0.f ? w * v.y : 0.f;
-    den += w;
+    for (int i = y; i < m; i += P) {
+      const float w = wgt[i];
+      const float2 v = *reinterpret_cast<const float2*>(op + int64_t(i) * head_dim);
+      n0 += w > 0.f ? w * v.x : 0.f;
+      n1 += w > 0.f ? w * v.y : 0.f;
+      den += w;
+    }
+    __syncthreads();
   }
   if (P > 1) {
     float* red = wgt + a.parts;  // [P][head_dim + 1]
@@ -1125,8 +1141,11 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
   // kernel does not signal, so there the merge launches when stage 1 exits, as before)
   cudaLaunchConfig_t cfg{};
   // P = blockDim.y threads per dim pair split the parts, ≥ 8 parts each, ≤ 1024 threads (the
-  // common 4–8 parts: P = 1, one thread per pair as before)
-  const int pairs = head_dim / 2, P = std::max(1, std::min(1024 / pairs, a.parts / 8));
+  // common 4–8 parts: P = 1, one thread per pair). P follows an average sequence's parts, not
+  // a.parts (the bound for the longest): sized for that bound, every (sequence, head) CTA of
+  // a B = 32 merge took 768–1024 threads and the merge ran in several waves (run 22b).
+  const int avg = std::max(1, a.items * a.wph / batch);
+  const int pairs = head_dim / 2, P = std::max(1, std::min(1024 / pairs, avg / 8));
   cfg.gridDim = dim3(unsigned(a.n_q_heads), unsigned(batch));
   cfg.blockDim = dim3(unsigned(pairs), unsigned(P));
   cfg.dynamicSmemBytes = (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float);
@@ -1180,16 +1199,20 @@ void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed
 }
 
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan) {
-  const int tile = sub_tokens * plan.warps_per_head;
-  const int groups = p.blocks.batch * plan.head_groups;
-  plan.num_splits = p.num_splits > 0 ? p.num_splits
-                                     : auto_splits(groups, p.max_seq_len, sm_count * plan.ctas_per_sm, tile);
-  plan.parts = plan.num_splits * plan.warps_per_head;
+  const int tile = sub_tokens * plan.warps_per_head, batch = p.blocks.batch;
+  const int groups = batch * plan.head_groups, slots = sm_count * plan.ctas_per_sm;
+  const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
+  plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, p.max_seq_len, slots, tile);
+  plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
+  // parts per (sequence, q head), at most (the merge's shared-memory weights): a sequence of
+  // max_seq_len tokens gets ≤ max_tiles items, and every other sequence has ≥ 1. With more
+  // items than sequences parts > 1 even so, so the parts always go through the workspace
+  // and the merge (a sequence longer than max_seq_len may take several items).
+  plan.parts = plan.items == batch ? plan.warps_per_head
+                                   : std::max(2, std::min(plan.items - batch + 1, max_tiles) * plan.warps_per_head);
   plan.workspace_bytes = 0;
-  if (plan.parts > 1) {
-    const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
-    plan.workspace_bytes = (rows * size_t(head_dim) * 4 + 255) / 256 * 256 + rows * 4;
-  }
+  if (plan.parts > 1)
+    plan.workspace_bytes = WorkspaceLayout(plan.items, p.n_q_heads, plan.warps_per_head, head_dim, batch).bytes;
 }
 
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages.
@@ -1254,7 +1277,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   const std::string why = decode_can_implement(f, cache, p);
   if (!why.empty()) throw_error(why.c_str());
   if (plan.parts > 1 && !workspace) throw_error("paged_decode: the plan needs a workspace (plan.workspace_bytes)");
-  if (p.blocks.batch > 65535 || plan.num_splits < 1) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
+  if (p.blocks.batch > 65535 || plan.items < p.blocks.batch) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
   DecodeArgs a = make_decode_args(p, plan, workspace, f.head_dim, cache.block_size, cache.n_kv_heads);
   DecodeTables t{};
   for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
@@ -1278,7 +1301,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
-    const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
+    const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     const bool planes = cache.layout == CacheLayout::planes;
     with_kernel<C>(planes, a.group, plan.heads_per_cta, plan.warps_per_head, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));

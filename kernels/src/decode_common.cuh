@@ -2,11 +2,12 @@
 // the argument block, the token range of a CTA, the online-softmax update and
 // the write-out of a warp's result, and the stage-2 merge launcher.
 //
-// Work decomposition (both kernels): CTA (split, head group, sequence) with
-// heads_per_cta (HPC) kv heads × warps_per_head (WPH) warps. One pipeline stage
+// Work decomposition (both kernels): CTA (work item, head group) with
+// heads_per_cta (HPC) kv heads × warps_per_head (WPH) warps; a work item is a chunk of
+// one sequence's tokens (dev::work_item). One pipeline stage
 // holds WPH sub-tiles of consecutive tokens (16 in the FP16 kernel, 32 in the
 // quantized one) × HPC heads; warp (h, w) owns head h of sub-tile w in every
-// stage and keeps its own softmax state; its result is one "part" (split·WPH + w)
+// stage and keeps its own softmax state; its result is one "part" (item·WPH + w)
 // of the log-sum-exp merge.
 //
 // MMA orientation: M = tokens (keys) or head dims (values), N = the query
@@ -31,13 +32,14 @@ struct DecodeArgs {
   int64_t q_sb, q_sh;
   __half* out;
   int64_t o_sb, o_sh;
-  float* o_part;    // [batch, n_q_heads, parts, D] (parts > 1)
-  float* lse_part;  // [batch, n_q_heads, parts], log2 domain; −inf = empty part
+  float* o_part;    // [n_q_heads, items, wph, D] (parts > 1): item i's warp w's partial output
+  float* lse_part;  // [n_q_heads, items, wph], log2 domain; −inf = empty part
+  int2* seq_items;  // [batch] (items > batch): sequence b's first work item and item count
   const int32_t* table;
   int table_stride;
   const int32_t* seq_lens;
   int block_size, log2_block_size, n_kv_heads, n_q_heads, group;
-  int hpc, wph, num_splits, parts, stages;
+  int batch, hpc, wph, items, parts, stages;
   int stage_bytes;  // WPH · sub-tile tokens · HPC · (bytes of one token-head)
   // quantized decode: ring pieces (16-token halves) 0 … ring_split−1 from the dynamic
   // shared-memory base, the rest from shared address ring_hi; q buffers at qbuf_addr
@@ -49,19 +51,137 @@ struct DecodeArgs {
 
 namespace dev {
 
-// Token range [begin, end) of this CTA's split: chunk = ceil(len / splits)
-// rounded up to whole stages, so the grid depends only on num_splits.
+// ---- Work items: which tokens of which sequence a CTA reads ----
+// The grid has n_items ≥ batch CTAs per head group. Sequence b's t_b = ceil(len_b / tile)
+// tiles are cut into count_b = max(1, ceil(t_b / L)) chunks of L tiles (the last one
+// shorter), L the smallest chunk for which Σ count_b ≤ n_items, and sequence b's chunks
+// are items first_b … first_b + count_b − 1 (first_b = Σ_{b' < b} count_b'); items past
+// Σ count_b are unused. So the batch's tokens are dealt out evenly over the grid whatever
+// the lengths (a long sequence among short ones gets most of the items), from the
+// seq_lens on the device: the grid depends on n_items only, and a captured graph replayed
+// with new lengths deals them out anew. An empty sequence still has one (empty) item, so
+// every sequence's parts are written; the CTA of a sequence's first item writes
+// (first_b, count_b) to DecodeArgs::seq_items for the merge. n_items == batch: item b is
+// all of sequence b.
+// The functions are warp-collective: every lane of the warp calls them with the same
+// arguments and gets the same result.
 struct Range {
-  int begin, end, tiles;
+  int begin, end, tiles;  // tokens [begin, end), tiles of `tile` tokens
 };
-__device__ __forceinline__ Range split_range(int len, int split, int num_splits, int tile) {
-  int chunk = (len + num_splits - 1) / num_splits;
-  chunk = (chunk + tile - 1) / tile * tile;
+struct WorkItem {
+  int b;      // sequence; −1: an unused item
+  int k;      // chunk of the sequence (0 … count − 1)
+  int count;  // count_b
   Range r;
-  r.begin = split * chunk;
-  r.end = min(len, r.begin + chunk);
-  r.tiles = r.begin < r.end ? (r.end - r.begin + tile - 1) / tile : 0;
-  return r;
+};
+
+__device__ __forceinline__ int tiles_of(int len, int tile) { return len > 0 ? (len - 1) / tile + 1 : 0; }
+__device__ __forceinline__ int chunks_of(int t, int L) { return t > L ? (t - 1) / L + 1 : 1; }
+
+// The tile counts of this lane's sequences b = lane + 32j: j < kRegs read once into
+// registers (batches up to 64: one global round trip), the rest re-read where used.
+struct LaneTiles {
+  static constexpr int kRegs = 2;
+  const int32_t* lens;
+  int batch, tile, lane;
+  int t[kRegs];
+  __device__ __forceinline__ LaneTiles(const int32_t* l, int n, int tl)
+      : lens(l), batch(n), tile(tl), lane(int(threadIdx.x & 31)) {
+#pragma unroll
+    for (int j = 0; j < kRegs; ++j) t[j] = lane + 32 * j < batch ? tiles_of(max(lens[lane + 32 * j], 0), tile) : 0;
+  }
+  __device__ __forceinline__ int at(int b) const { return tiles_of(max(lens[b], 0), tile); }
+  // f(b, t_b) over this lane's sequences, in order
+  template <class F>
+  __device__ __forceinline__ void each(F&& f) const {
+#pragma unroll
+    for (int j = 0; j < kRegs; ++j)
+      if (lane + 32 * j < batch) f(lane + 32 * j, t[j]);
+    for (int b = lane + 32 * kRegs; b < batch; b += 32) f(b, at(b));
+  }
+  // f(b0, t of sequence b0 + lane, or −1 past the batch) for b0 = 0, 32, 64, … (warp-uniform
+  // calls, in order) while f returns false
+  template <class F>
+  __device__ __forceinline__ void chunks(F&& f) const {
+#pragma unroll
+    for (int j = 0; j < kRegs; ++j) {
+      if (32 * j >= batch) return;
+      if (f(32 * j, lane + 32 * j < batch ? t[j] : -1)) return;
+    }
+    for (int b0 = 32 * kRegs; b0 < batch; b0 += 32)
+      if (f(b0, b0 + lane < batch ? at(b0 + lane) : -1)) return;
+  }
+};
+
+// L, the chunk in tiles (n_items > batch).
+__device__ __forceinline__ int chunk_tiles(const LaneTiles& lt, int n_items) {
+  long long total = 0;
+  int tmax = 0;
+  lt.each([&](int, int t) {
+    total += t;
+    tmax = max(tmax, t);
+  });
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) total += __shfl_xor_sync(kFull, total, o);
+  tmax = int(__reduce_max_sync(kFull, unsigned(tmax)));
+  // count(L) = Σ_b chunks_of(t_b, L) does not grow with L, and count(tmax) = batch ≤
+  // n_items. The lower bound ceil(Σ t / n_items) is the answer when the lengths are equal
+  // (and for one sequence): tried first.
+  const int lo0 = int(max(1LL, (total + n_items - 1) / n_items));
+  auto fits = [&](int L) {
+    int c = 0;  // capped, so the sum cannot overflow
+    lt.each([&](int, int t) { c = min(c + chunks_of(t, L), n_items + 1); });
+    return int(__reduce_add_sync(kFull, unsigned(c))) <= n_items;
+  };
+  if (lt.batch == 1 || fits(lo0)) return lo0;
+  int lo = lo0 + 1, hi = max(lo, tmax);
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (fits(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, int n_items, int tile, int item) {
+  WorkItem w{-1, 0, 1, {0, 0, 0}};
+  int chunk;  // tokens
+  if (n_items == batch) {
+    w.b = item;
+    chunk = 1 << 30;
+  } else {
+    const LaneTiles lt(lens, batch, tile);
+    const int L = chunk_tiles(lt, n_items);
+    chunk = L * tile;
+    int base = 0;  // items of the sequences before b0
+    lt.chunks([&](int b0, int t) {
+      const int c = t >= 0 ? chunks_of(t, L) : 0;
+      int incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(kFull, incl, o);
+        if (lt.lane >= o) incl += v;
+      }
+      const int first = base + incl - c;
+      const unsigned m = __ballot_sync(kFull, c > 0 && item >= first && item < first + c);
+      if (m) {
+        const int src = __ffs(m) - 1;
+        w.b = b0 + src;
+        w.k = item - __shfl_sync(kFull, first, src);
+        w.count = __shfl_sync(kFull, c, src);
+        return true;
+      }
+      base += __shfl_sync(kFull, incl, 31);
+      return false;
+    });  // not found: an unused item
+  }
+  if (w.b >= 0) {
+    const int len = max(lens[w.b], 0);
+    w.r.begin = w.k * chunk;
+    w.r.end = min(len, w.r.begin + min(chunk, len));
+    w.r.tiles = w.r.begin < w.r.end ? tiles_of(w.r.end - w.r.begin, tile) : 0;
+  }
+  return w;
 }
 
 // 2^x with one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, −inf → 0, results below 2^-126 → 0);
@@ -115,6 +235,18 @@ __device__ __forceinline__ float sum_over_token_lanes(float v) {
 // with lse = −inf (empty ranges) are skipped; a sequence with no tokens gives 0.
 void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStream_t stream);
 
+// The split-KV workspace: partial outputs [rows, head_dim] fp32, their LSEs [rows], each
+// sequence's (first item, item count) [batch]; rows = items · n_q_heads · wph; 256-byte aligned pieces.
+struct WorkspaceLayout {
+  size_t lse_off, items_off, bytes;
+  WorkspaceLayout(int items, int n_q_heads, int wph, int head_dim, int batch) {
+    const size_t rows = size_t(items) * size_t(n_q_heads) * size_t(wph);
+    lse_off = (rows * size_t(head_dim) * 4 + 255) / 256 * 256;
+    items_off = lse_off + (rows * 4 + 255) / 256 * 256;
+    bytes = items_off + size_t(batch) * 8;
+  }
+};
+
 // The launch arguments both paged decodes share (queries, outputs, split-KV
 // workspace: per-part partial outputs then their LSEs, 256-byte aligned; block
 // table; GQA shape; plan).
@@ -127,11 +259,11 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.out = static_cast<__half*>(p.out);
   a.o_sb = p.o_stride_batch;
   a.o_sh = p.o_stride_head;
-  const size_t rows = size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(plan.parts);
+  const WorkspaceLayout wl(plan.items, p.n_q_heads, plan.warps_per_head, head_dim, p.blocks.batch);
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
   a.o_part = static_cast<float*>(workspace);
-  a.lse_part = workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
-                                                   (rows * size_t(head_dim) * 4 + 255) / 256 * 256)
-                         : nullptr;
+  a.lse_part = ws ? reinterpret_cast<float*>(ws + wl.lse_off) : nullptr;
+  a.seq_items = ws ? reinterpret_cast<int2*>(ws + wl.items_off) : nullptr;
   a.table = p.blocks.table;
   a.table_stride = p.blocks.stride;
   a.seq_lens = p.blocks.seq_lens;
@@ -142,7 +274,8 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.group = p.n_q_heads / n_kv_heads;
   a.hpc = plan.heads_per_cta;
   a.wph = plan.warps_per_head;
-  a.num_splits = plan.num_splits;
+  a.batch = p.blocks.batch;
+  a.items = plan.items;
   a.parts = plan.parts;
   a.scale_log2 = p.attn_scale * 1.4426950408889634f;
   return a;

@@ -24,11 +24,15 @@ __global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __h
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hpc = a.hpc, wph = a.wph;
   const int hl = warp % hpc, ws = warp / hpc;
-  const int split = blockIdx.x, hg = blockIdx.y, b = blockIdx.z;
+  const int item = blockIdx.x, hg = blockIdx.y;
+  const int tile = 16 * wph;
+  const dev::WorkItem wi = dev::work_item(a.seq_lens, a.batch, a.items, tile, item);  // every warp: the same
+  if (wi.b < 0) return;  // an unused item
+  const int b = wi.b;
+  if (wi.k == 0 && hg == 0 && tid == 0 && a.items != a.batch) a.seq_items[b] = make_int2(item, wi.count);  // for the merge
+  const dev::Range rg = wi.r;
   const int kvh = hg * hpc + hl;
   const int r = lane >> 2, p = lane & 3;
-  const int tile = 16 * wph;
-  const dev::Range rg = dev::split_range(a.seq_lens[b], split, a.num_splits, tile);
   const int half_sub = 16 * hpc * 2 * D;  // bytes of the K (or V) part of a sub-tile
   const int sub_bytes = 2 * half_sub;
 
@@ -139,7 +143,6 @@ __global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __h
   }
   dev::cp_async_wait<0>();
 
-  const int part = split * wph + ws;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const float l = dev::sum_over_token_lanes(sm.l[c]);
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __h
         o[16 * i + r + 8] = __float2half_rn(acc[i][c + 2] * inv);
       }
     } else {
-      const int64_t rowi = (int64_t(b) * a.n_q_heads + qh) * a.parts + part;
+      const int64_t rowi = (int64_t(qh) * a.items + item) * wph + ws;
       float* o = a.o_part + rowi * D;
 #pragma unroll
       for (int i = 0; i < KS; ++i) {
@@ -202,7 +205,7 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
   const std::string why = decode_f16_can_implement(cache, p);
   if (!why.empty()) throw_error(why.c_str());
   if (plan.parts > 1 && !workspace) throw_error("paged_decode_f16: the plan needs a workspace (plan.workspace_bytes)");
-  if (p.blocks.batch > 65535 || plan.num_splits < 1) throw_error("paged_decode_f16: batch must be ≤ 65535 and the plan valid");
+  if (p.blocks.batch > 65535 || plan.items < p.blocks.batch) throw_error("paged_decode_f16: batch must be ≤ 65535 and the plan valid");
   const int D = cache.head_dim;
   DecodeArgs a = make_decode_args(p, plan, workspace, D, cache.block_size, cache.n_kv_heads);
   a.stage_bytes = plan.warps_per_head * 16 * plan.heads_per_cta * 4 * D;
@@ -211,7 +214,7 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
   dispatch_f16(D, [&](auto dc) {
     constexpr int DD = decltype(dc)::value;
     TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-    const dim3 grid(unsigned(plan.num_splits), unsigned(plan.head_groups), unsigned(p.blocks.batch));
+    const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     decode_f16_kernel<DD><<<grid, plan.threads, plan.smem_bytes, stream>>>(a, static_cast<const __half*>(cache.k),
                                                                            static_cast<const __half*>(cache.v));
     TQ_CUDA_CHECK(cudaGetLastError());

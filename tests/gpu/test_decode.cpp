@@ -189,6 +189,13 @@ double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, co
   double worst = 0;
   for (int b = 0; b < F.pg.batch; ++b)
     for (int qh = 0; qh < c.hq; ++qh) {
+      if (lens[size_t(b)] == 0) {  // no tokens: the output row is zero
+        for (int j = 0; j < c.d; ++j) {
+          INFO(c.fmt << " empty sequence " << b << " q head " << qh << " dim " << j);
+          REQUIRE(out[(size_t(b) * c.hq + qh) * c.d + j] == 0);
+        }
+        continue;
+      }
       const auto ref = reference(F, c, &R.qf[(size_t(b) * c.hq + qh) * c.d], b, qh / g, lens[size_t(b)],
                                  double(R.p.attn_scale));
       double e = 0, n = 0;
@@ -377,6 +384,33 @@ TEST_CASE("decode: long contexts up to 32K and batch 64", "[decode]") {
   }
 }
 
+// The batch's tokens are dealt out over the grid from the device's seq_lens (work items,
+// decode_common.cuh): a long sequence among short and empty ones takes most of the items,
+// with auto, one (one item per sequence) and fixed split counts, and in a batch of 200.
+TEST_CASE("decode: ragged batches dealt out over the grid (long, short and empty sequences)", "[decode]") {
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turbo4", "f16"})
+    for (int splits : {0, 1, 2, 7}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.lens = {5000, 1, 0, 33, 0, 700, 17, 2, 2049};
+      c.splits = splits;
+      c.seed = uint64_t(300 + splits);
+      run_decode(c);
+    }
+  tq::Rng rng(77);
+  for (const std::string fmt : {"turboquant_4bit_nc", "f16"}) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.hq = 16;
+    c.hkv = 4;
+    c.lens = {6000};
+    for (int i = 0; i < 199; ++i) c.lens.push_back(int(rng.below(100)));  // some empty
+    c.splits = 2;  // 400 items: sequences past the 64 whose tile counts a lane keeps in registers
+    c.seed = 303;
+    run_decode(c);
+  }
+}
+
 TEST_CASE("decode: large logits (peaked softmax)", "[decode]") {
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"), std::string("turbo4"),
                           std::string("f16")}) {
@@ -423,6 +457,9 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     c.lens = {33};
     c.splits = 1;
     c.hkv = 1;
+    run_decode(c);
+    c.lens = {0, 300, 2};  // an empty sequence, and items the lengths leave unused
+    c.splits = 3;
     run_decode(c);
   }
 }

@@ -35,22 +35,30 @@ struct DecodeParams {
   int n_q_heads = 0;
   float attn_scale = 0.f;
   BlockTable blocks;
-  int num_splits = 0;   // > 0: fixed (grid independent of seq_lens: CUDA-graph capturable); 0: auto
-  int max_seq_len = 0;  // ≥ every seq_lens[i]; used by the auto split count only
+  // Split-KV: the grid has num_splits · batch CTAs per head group ("work items"), and the
+  // batch's tokens are dealt out over them in equal chunks from the seq_lens on the device
+  // (a long sequence among short ones gets more than num_splits of them, a short one
+  // fewer, every sequence ≥ 1). > 0: fixed (the grid is independent of seq_lens: CUDA-graph
+  // capturable, and a replay with new lengths deals them out anew); 0: auto, from
+  // max_seq_len, batch and SM count.
+  int num_splits = 0;
+  int max_seq_len = 0;  // ≥ every seq_lens[i]; sizes the auto split count and the merge
 };
 
 // How a decode launch is laid out; from plan_decode*, passed back to the launcher.
 struct DecodePlan {
-  int num_splits = 1;      // splits of each sequence's token range (chunk = ceil(len/splits) rounded to a tile)
+  int num_splits = 1;      // work items per sequence, on average (fixed or auto)
+  int items = 1;           // work items (CTAs) per head group: num_splits · batch
   int heads_per_cta = 1;   // kv heads one CTA streams (= n_kv_heads when ≤ 8, else 8)
   int warps_per_head = 1;  // warps sharing one kv head, one sub-tile each (FP16: 16 tokens, 8 warps per CTA;
                            // quantized: 32 tokens, 16 warps per CTA for mse keys at d ≤ 128, else 8)
   int head_groups = 1;     // n_kv_heads / heads_per_cta
-  int parts = 1;           // partial results per (sequence, q head) = num_splits · warps_per_head
+  int parts = 1;           // partial results per (sequence, q head), at most (sizes the merge); 1: every
+                           // sequence is one item of one warp, written straight to out
   int threads = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
-  size_t workspace_bytes = 0;  // fp32 partial outputs + log-sum-exp; 0 when parts == 1
+  size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
 };
 
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p);
