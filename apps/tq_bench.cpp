@@ -335,7 +335,10 @@ int main(int argc, char** argv) {
                  "a ragged batch instead of --ctx: 'L1,L2,…' ('LxN': N sequences of L tokens; the batch is their "
                  "count) or 'uniform:MIN:MAX' (--batch lengths drawn from [MIN, MAX], fixed seed)")
       ->excludes(ctx_opt);
-  app.add_option("--splits", a.splits, "split-KV count (0 = auto from seq_len and SM count)")->capture_default_str();
+  app.add_option("--splits", a.splits,
+                 "split-KV: work items per sequence on average (the batch's tokens are dealt out over splits · batch "
+                 "CTAs per head group); 0 = auto from the longest sequence, batch and SM count")
+      ->capture_default_str();
   app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed launches first")->capture_default_str();
