@@ -64,7 +64,7 @@ int parse_len(const std::string& text, const std::string& spec) {
     used = 0;
   }
   if (used != text.size() || v < 1 || v > (1 << 30))
-    throw tq::Error(fmt::format("--seq-lens '{}': '{}' is not a length ≥ 1", spec, text));
+    throw tq::Error(fmt::format("--seq-lens '{}': '{}' is not a length in 1 … {}", spec, text, 1 << 30));
   return int(v);
 }
 

@@ -52,7 +52,7 @@ expect_out "seq_lens 256,64x3 (448 tokens, longest 256)"
 
 run "$BIN" --format turboquant_4bit_nc --seq-lens 4096,x3
 expect_rc 2
-expect_err "'' is not a length"
+expect_err "'' is not a length in 1"
 expect_empty_out
 
 run "$BIN" --format turboquant_4bit_nc --seq-lens 5x3 --batch 4
@@ -72,7 +72,12 @@ expect_empty_out
 
 run "$BIN" --format turboquant_4bit_nc --seq-lens 7,0
 expect_rc 2
-expect_err "'0' is not a length"
+expect_err "'0' is not a length in 1"
+expect_empty_out
+
+run "$BIN" --format turboquant_4bit_nc --seq-lens 99999999999
+expect_rc 2
+expect_err "is not a length in 1 … 1073741824"
 expect_empty_out
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
