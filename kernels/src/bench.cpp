@@ -163,20 +163,22 @@ size_t paged_cache_bytes(const KernelFormat& kf, const BenchShape& s) {
 }
 
 // Fills a paged cache through the store kernel (random fp16 K/V, chunk by chunk), at the
-// slots the block tables `tab` (host) give.
+// slots the block tables `tab` (host) give: the tokens [0, len(b)) of every sequence (a
+// ragged batch's shorter sequences leave the rest of their pages unwritten; nothing reads it).
 void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, const PagedCache& cache,
                       const std::vector<int32_t>& tab) {
   const int pages = seq_pages(s);
-  const int64_t total = int64_t(s.batch) * s.ctx;
+  const int64_t total = s.total_tokens();
   const int64_t chunk = std::min<int64_t>(total, 32768);
   const size_t elems = size_t(chunk) * s.n_kv_heads * s.head_dim;
   Buf k(elems * 2), v(elems * 2), map(size_t(chunk) * 8);
   std::vector<int64_t> slots(static_cast<size_t>(chunk));
   StoreParams sp = StoreParams::contiguous(k.p, v.p, map.as<int64_t>(), 0, s.head_dim, cache);
+  int64_t b = 0, pos = 0;  // the next token to store
   for (int64_t t0 = 0; t0 < total; t0 += chunk) {
     const int64_t n = std::min(chunk, total - t0);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t tok = t0 + i, b = tok / s.ctx, pos = tok % s.ctx;
+    for (int64_t i = 0; i < n; ++i, ++pos) {
+      while (pos == s.len(int(b))) ++b, pos = 0;
       slots[size_t(i)] = int64_t(tab[size_t(b * pages + pos / s.block_size)]) * s.block_size + pos % s.block_size;
     }
     TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), size_t(n) * 8, cudaMemcpyHostToDevice));
