@@ -113,8 +113,8 @@ __device__ __forceinline__ void store8(T* dst, const float* x) {
   }
 }
 
-// turbo_decode_block in the quad layout (block element 32i + 8q + e in y[8i + e]): the same
-// operations in the same order, so the same bits.
+// TurboCodec::decode of one block in the quad layout (block element 32i + 8q + e in
+// y[8i + e]): the CPU's operations in the CPU's order (bitexact.cuh), so the same bits.
 template <int KB>
 __device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, float rot_scale, const float* s_cen,
                                                  const uint32_t* s_signs, float (&y)[32]) {
