@@ -16,7 +16,7 @@ namespace tq::cuda {
 namespace {
 
 template <int D>
-__global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
+__global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
                                                          const __half* __restrict__ vc) {
   constexpr int CR = D / 8;  // 16-byte chunks per token-head row
   constexpr int KS = D / 16;
@@ -50,14 +50,18 @@ __global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __h
   const int32_t* btab = a.table + int64_t(b) * a.table_stride;
   const int bs_mask = a.block_size - 1;
   const int64_t v_minus_k = vc - kc;  // elements
-  auto issue = [&](int tidx, uint8_t* st) {
+  // The page of a warp's sub-tile is read from the block table one refill ahead (read in
+  // the refill, its L2 round trip came before the refill's copies and this tile's MMAs).
+  auto page_of = [&](int tidx) -> int {
+    const int tj = rg.begin + tidx * tile + 16 * ws;
+    return tj < rg.end ? btab[tj >> a.log2_block_size] : 0;
+  };
+  auto issue = [&](int tidx, int page, uint8_t* st) {
     const int tj = rg.begin + tidx * tile + 16 * ws;
     const int nvalid = min(max(rg.end - tj, 0), 16);
     const __half* kbase = kc;
-    if (nvalid > 0) {
-      const int64_t page = btab[tj >> a.log2_block_size];
-      kbase = kc + (((page << a.log2_block_size) + (tj & bs_mask)) * a.n_kv_heads + hg * hpc) * int64_t(D) + 8 * q;
-    }
+    if (nvalid > 0)
+      kbase = kc + (((int64_t(page) << a.log2_block_size) + (tj & bs_mask)) * a.n_kv_heads + hg * hpc) * int64_t(D) + 8 * q;
     const uint32_t sub = dev::smem_u32(st) + ws * sub_bytes;
     for (int row = row0; row < rows; row += row_step) {
       const int ah = dev::small_div(row, magic);  // kv·16 + tok
@@ -73,8 +77,11 @@ __global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __h
   };
 
   int wr = 0;
+  int next_page = page_of(0);
   for (int s = 0; s < a.stages - 1; ++s) {
-    if (s < rg.tiles) issue(s, smem + wr * a.stage_bytes);
+    const int page = next_page;
+    next_page = page_of(s + 1);
+    if (s < rg.tiles) issue(s, page, smem + wr * a.stage_bytes);
     dev::cp_async_commit();
     wr = wr + 1 == a.stages ? 0 : wr + 1;
   }
@@ -98,7 +105,8 @@ __global__ void __launch_bounds__(256) decode_f16_kernel(DecodeArgs a, const __h
   for (int it = 0; it < rg.tiles; ++it) {
     dev::cp_async_wait_dyn(a.stages - 2);
     __syncthreads();
-    if (it + a.stages - 1 < rg.tiles) issue(it + a.stages - 1, smem + wr * a.stage_bytes);
+    if (it + a.stages - 1 < rg.tiles) issue(it + a.stages - 1, next_page, smem + wr * a.stage_bytes);
+    next_page = page_of(it + a.stages);
     dev::cp_async_commit();
     wr = wr + 1 == a.stages ? 0 : wr + 1;
     const uint8_t* ks_base = smem + rd * a.stage_bytes + ws * sub_bytes;

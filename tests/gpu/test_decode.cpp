@@ -34,6 +34,7 @@ struct DecodeCase {
   double key_ramp = 0.0;
   uint64_t seed = 1;
   bool planes = false;  // quantized cache in CacheLayout::planes
+  int plan_max_len = 0;  // > 0: DecodeParams::max_seq_len (else the batch's longest sequence)
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 
@@ -158,7 +159,7 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
   R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
   R.p.num_splits = c.splits;
-  R.p.max_seq_len = F.pg.max_len;
+  R.p.max_seq_len = c.plan_max_len > 0 ? c.plan_max_len : F.pg.max_len;
   if (c.fmt == "f16") {
     const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
     R.plan = tq::cuda::plan_decode_f16(kc, R.p);
@@ -409,6 +410,33 @@ TEST_CASE("decode: ragged batches dealt out over the grid (long, short and empty
     c.seed = 303;
     run_decode(c);
   }
+}
+
+// DecodeParams::max_seq_len must bound every seq_len; a caller who plans for shorter sequences
+// (a graph captured early, say) still gets exact results: a sequence may then take more
+// work items than the plan's parts bound, and the merge walks its parts in several passes.
+TEST_CASE("decode: sequences longer than the plan's max_seq_len (merge in several passes)", "[decode]") {
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc", "f16"})
+    for (int splits : {0, 8}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.lens = {5000, 3, 700};
+      c.plan_max_len = 40;
+      c.splits = splits;
+      c.seed = uint64_t(600 + splits);
+      tq::Rng rng(c.seed);
+      Filled F = fill_cache(c, rng);
+      DecodeRun R = prepare(c, F, rng);
+      INFO(fmt << " splits " << R.plan.num_splits << " items " << R.plan.items << " parts " << R.plan.parts
+               << " warps per head " << R.plan.warps_per_head);
+      if (splits > 0)  // the long sequence's items outnumber the parts a pass holds
+        REQUIRE(R.plan.parts < (R.plan.items - F.pg.batch + 1) * R.plan.warps_per_head);
+      R.out->fill(0xff);
+      R.ws->fill(0xff);
+      launch(c, F, R);
+      device_sync();
+      check_output(c, F, R, F.pg.lens);
+    }
 }
 
 TEST_CASE("decode: large logits (peaked softmax)", "[decode]") {
