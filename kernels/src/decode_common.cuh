@@ -78,89 +78,90 @@ struct WorkItem {
 __device__ __forceinline__ int tiles_of(int len, int tile) { return len > 0 ? (len - 1) / tile + 1 : 0; }
 __device__ __forceinline__ int chunks_of(int t, int L) { return t > L ? (t - 1) / L + 1 : 1; }
 
-// The tile counts of this lane's sequences b = lane + 32j: j < kRegs read once into
-// registers (batches up to 64: one global round trip), the rest re-read where used.
-struct LaneTiles {
-  static constexpr int kRegs = 2;
+// The dealing runs once per CTA before anything else, so its code is kept small: one
+// body per loop (the first version, with unrolled copies of each loop, was ~2000 SASS
+// instructions per kernel and cost every stage 1 3–6 µs; kernels.md run 23).
+// Lane l keeps the lengths and tile counts of sequences l + 32j, j < kRegs, in registers
+// (batches up to 128: one global round trip); later ones are re-read where used.
+struct LaneLens {
+  static constexpr int kRegs = 4;
   const int32_t* lens;
   int batch, tile, lane;
-  int t[kRegs];
-  __device__ __forceinline__ LaneTiles(const int32_t* l, int n, int tl)
+  int len_r[kRegs], t_r[kRegs];
+  __device__ __forceinline__ LaneLens(const int32_t* l, int n, int tl)
       : lens(l), batch(n), tile(tl), lane(int(threadIdx.x & 31)) {
 #pragma unroll
-    for (int j = 0; j < kRegs; ++j) t[j] = lane + 32 * j < batch ? tiles_of(max(lens[lane + 32 * j], 0), tile) : 0;
-  }
-  __device__ __forceinline__ int at(int b) const { return tiles_of(max(lens[b], 0), tile); }
-  // f(b, t_b) over this lane's sequences, in order
-  template <class F>
-  __device__ __forceinline__ void each(F&& f) const {
-#pragma unroll
-    for (int j = 0; j < kRegs; ++j)
-      if (lane + 32 * j < batch) f(lane + 32 * j, t[j]);
-    for (int b = lane + 32 * kRegs; b < batch; b += 32) f(b, at(b));
-  }
-  // f(b0, t of sequence b0 + lane, or −1 past the batch) for b0 = 0, 32, 64, … (warp-uniform
-  // calls, in order) while f returns false
-  template <class F>
-  __device__ __forceinline__ void chunks(F&& f) const {
-#pragma unroll
     for (int j = 0; j < kRegs; ++j) {
-      if (32 * j >= batch) return;
-      if (f(32 * j, lane + 32 * j < batch ? t[j] : -1)) return;
+      len_r[j] = lane + 32 * j < batch ? max(lens[lane + 32 * j], 0) : 0;
+      t_r[j] = tiles_of(len_r[j], tile);
     }
-    for (int b0 = 32 * kRegs; b0 < batch; b0 += 32)
-      if (f(b0, b0 + lane < batch ? at(b0 + lane) : -1)) return;
+  }
+  // r[b / 32] without dynamic register indexing (b < 32·kRegs)
+  __device__ __forceinline__ static int pick(const int (&r)[kRegs], int b) {
+    int v = r[0];
+#pragma unroll
+    for (int j = 1; j < kRegs; ++j) v = b >= 32 * j ? r[j] : v;
+    return v;
+  }
+  // the length and tile count of sequence b, one of this lane's (b ≡ lane mod 32)
+  __device__ __forceinline__ int len(int b) const { return b < 32 * kRegs ? pick(len_r, b) : max(lens[b], 0); }
+  __device__ __forceinline__ int tiles(int b) const {
+    return b < 32 * kRegs ? pick(t_r, b) : tiles_of(max(lens[b], 0), tile);
   }
 };
 
 // L, the chunk in tiles (n_items > batch).
-__device__ __forceinline__ int chunk_tiles(const LaneTiles& lt, int n_items) {
-  long long total = 0;
+__device__ __forceinline__ int chunk_tiles(const LaneLens& ll, int n_items) {
+  unsigned lo = 0, hi = 0;  // Σ t in two halves (t < 2^27: per-lane sums and the warp's fit in 32 bits)
   int tmax = 0;
-  lt.each([&](int, int t) {
-    total += t;
+#pragma unroll 2
+  for (int b = ll.lane; b < ll.batch; b += 32) {
+    const int t = ll.tiles(b);
+    lo += unsigned(t) & 0xffffu;
+    hi += unsigned(t) >> 16;
     tmax = max(tmax, t);
-  });
-#pragma unroll
-  for (int o = 16; o >= 1; o >>= 1) total += __shfl_xor_sync(kFull, total, o);
+  }
+  const long long total = (static_cast<long long>(__reduce_add_sync(kFull, hi)) << 16) + __reduce_add_sync(kFull, lo);
   tmax = int(__reduce_max_sync(kFull, unsigned(tmax)));
   // count(L) = Σ_b chunks_of(t_b, L) does not grow with L, and count(tmax) = batch ≤
   // n_items. The lower bound ceil(Σ t / n_items) is the answer when the lengths are equal
-  // (and for one sequence): tried first.
+  // (and for one sequence): probed first.
   const int lo0 = int(max(1LL, (total + n_items - 1) / n_items));
-  auto fits = [&](int L) {
+  int a = lo0, z = max(lo0, tmax), mid = lo0;
+#pragma unroll 1
+  while (a < z) {
     int c = 0;  // capped, so the sum cannot overflow
-    lt.each([&](int, int t) { c = min(c + chunks_of(t, L), n_items + 1); });
-    return int(__reduce_add_sync(kFull, unsigned(c))) <= n_items;
-  };
-  if (lt.batch == 1 || fits(lo0)) return lo0;
-  int lo = lo0 + 1, hi = max(lo, tmax);
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (fits(mid)) hi = mid;
-    else lo = mid + 1;
+#pragma unroll 2
+    for (int b = ll.lane; b < ll.batch; b += 32) c = min(c + chunks_of(ll.tiles(b), mid), n_items + 1);
+    if (int(__reduce_add_sync(kFull, unsigned(c))) <= n_items) z = mid;
+    else a = mid + 1;
+    mid = a + (z - a) / 2;
   }
-  return lo;
+  return a;
 }
 
 __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, int n_items, int tile, int item) {
   WorkItem w{-1, 0, 1, {0, 0, 0}};
-  int chunk;  // tokens
+  int chunk, len = 0;  // tokens
   if (n_items == batch) {
     w.b = item;
     chunk = 1 << 30;
+    len = max(lens[item], 0);
   } else {
-    const LaneTiles lt(lens, batch, tile);
-    const int L = chunk_tiles(lt, n_items);
+    const LaneLens ll(lens, batch, tile);
+    const int L = chunk_tiles(ll, n_items);
     chunk = L * tile;
     int base = 0;  // items of the sequences before b0
-    lt.chunks([&](int b0, int t) {
-      const int c = t >= 0 ? chunks_of(t, L) : 0;
+#pragma unroll 1
+    for (int b0 = 0; b0 < batch; b0 += 32) {
+      const int b = b0 + ll.lane;
+      const int n = b < batch ? ll.len(b) : 0;
+      const int c = b < batch ? chunks_of(ll.tiles(b), L) : 0;
       int incl = c;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const int v = __shfl_up_sync(kFull, incl, o);
-        if (lt.lane >= o) incl += v;
+        if (ll.lane >= o) incl += v;
       }
       const int first = base + incl - c;
       const unsigned m = __ballot_sync(kFull, c > 0 && item >= first && item < first + c);
@@ -169,14 +170,13 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
         w.b = b0 + src;
         w.k = item - __shfl_sync(kFull, first, src);
         w.count = __shfl_sync(kFull, c, src);
-        return true;
+        len = __shfl_sync(kFull, n, src);
+        break;
       }
       base += __shfl_sync(kFull, incl, 31);
-      return false;
-    });  // not found: an unused item
+    }  // not found: an unused item
   }
   if (w.b >= 0) {
-    const int len = max(lens[w.b], 0);
     w.r.begin = w.k * chunk;
     w.r.end = min(len, w.r.begin + min(chunk, len));
     w.r.tiles = w.r.begin < w.r.end ? tiles_of(w.r.end - w.r.begin, tile) : 0;
