@@ -56,13 +56,18 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     const int tj = rg.begin + tidx * tile + 16 * ws;
     return tj < rg.end ? btab[tj >> a.log2_block_size] : 0;
   };
-  auto issue = [&](int tidx, int page, uint8_t* st) {
+  // Shared-memory addresses are 32-bit shared-window offsets from sbase, computed once and
+  // kept in a register: ptxas otherwise recomputes the window base (S2R SR_CgaCtaId, a
+  // variable-latency read) inside the main loop.
+  uint32_t sbase;
+  asm volatile("mov.u32 %0, %1;" : "=r"(sbase) : "r"(dev::smem_u32(smem)));
+  auto issue = [&](int tidx, int page, uint32_t st) {
     const int tj = rg.begin + tidx * tile + 16 * ws;
     const int nvalid = min(max(rg.end - tj, 0), 16);
     const __half* kbase = kc;
     if (nvalid > 0)
       kbase = kc + (((int64_t(page) << a.log2_block_size) + (tj & bs_mask)) * a.n_kv_heads + hg * hpc) * int64_t(D) + 8 * q;
-    const uint32_t sub = dev::smem_u32(st) + ws * sub_bytes;
+    const uint32_t sub = st + ws * sub_bytes;
     for (int row = row0; row < rows; row += row_step) {
       const int ah = dev::small_div(row, magic);  // kv·16 + tok
       const int h = row - ah * hpc, tok = ah & 15, kv = ah >> 4;
@@ -81,7 +86,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   for (int s = 0; s < a.stages - 1; ++s) {
     const int page = next_page;
     next_page = page_of(s + 1);
-    if (s < rg.tiles) issue(s, page, smem + wr * a.stage_bytes);
+    if (s < rg.tiles) issue(s, page, sbase + wr * a.stage_bytes);
     dev::cp_async_commit();
     wr = wr + 1 == a.stages ? 0 : wr + 1;
   }
@@ -105,12 +110,12 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   for (int it = 0; it < rg.tiles; ++it) {
     dev::cp_async_wait_dyn(a.stages - 2);
     __syncthreads();
-    if (it + a.stages - 1 < rg.tiles) issue(it + a.stages - 1, next_page, smem + wr * a.stage_bytes);
+    if (it + a.stages - 1 < rg.tiles) issue(it + a.stages - 1, next_page, sbase + wr * a.stage_bytes);
     next_page = page_of(it + a.stages);
     dev::cp_async_commit();
     wr = wr + 1 == a.stages ? 0 : wr + 1;
-    const uint8_t* ks_base = smem + rd * a.stage_bytes + ws * sub_bytes;
-    const uint8_t* vs_base = ks_base + half_sub;
+    const uint32_t ks_base = sbase + rd * a.stage_bytes + ws * sub_bytes;
+    const uint32_t vs_base = ks_base + half_sub;
     rd = rd + 1 == a.stages ? 0 : rd + 1;
     const int t0 = rg.begin + it * tile + 16 * ws;
     const int nvalid = min(rg.end - t0, 16);
@@ -119,7 +124,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     float s[4] = {0.f, 0.f, 0.f, 0.f};
     {
       const int tok = i8 + 8 * (mq & 1);
-      const uint8_t* row = ks_base + (tok * hpc + hl) * (2 * D);
+      const uint32_t row = ks_base + (tok * hpc + hl) * (2 * D);
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {
         uint32_t af[4];
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     const uint32_t b1 = dev::movmatrix_trans(dev::pack_half2(x[2], x[3]));
     {
       const int tok = i8 + 8 * (mq >> 1);
-      const uint8_t* row = vs_base + (tok * hpc + hl) * (2 * D);
+      const uint32_t row = vs_base + (tok * hpc + hl) * (2 * D);
 #pragma unroll
       for (int i = 0; i < KS; ++i) {
         acc[i][0] *= alpha[0];
