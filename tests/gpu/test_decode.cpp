@@ -406,7 +406,7 @@ TEST_CASE("decode: ragged batches dealt out over the grid (long, short and empty
     c.hkv = 4;
     c.lens = {6000};
     for (int i = 0; i < 199; ++i) c.lens.push_back(int(rng.below(100)));  // some empty
-    c.splits = 2;  // 400 items: sequences past the 64 whose tile counts a lane keeps in registers
+    c.splits = 2;  // 400 items: sequences past the 128 whose lengths a lane keeps in registers (LaneLens)
     c.seed = 303;
     run_decode(c);
   }
