@@ -1094,10 +1094,9 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
       den > 0.f ? __floats2half2_rn(n0 / den, n1 / den) : __floats2half2_rn(0.f, 0.f);
 }
 
-// Smallest-time split count: time ∝ waves(S) · ceil(len/S), ties → fewer splits
-// (each split adds a partial write and merge read).
-int auto_splits(int batch_groups, int max_seq_len, int slots, int tile) {
-  const int max_tiles = (max_seq_len + tile - 1) / tile;
+// Smallest-time split count: time ∝ waves(S) · ceil(tiles/S), ties → fewer splits
+// (each split adds a partial write and merge read); max_tiles: the longest sequence's tiles.
+int auto_splits(int batch_groups, int max_tiles, int slots) {
   if (max_tiles <= 1 || slots <= 0) return 1;
   const int smax = std::min(max_tiles, 64);
   int best = 1;
@@ -1214,7 +1213,7 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   const int tile = sub_tokens * plan.warps_per_head, batch = p.blocks.batch;
   const int groups = batch * plan.head_groups, slots = sm_count * plan.ctas_per_sm;
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
-  plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, p.max_seq_len, slots, tile);
+  plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
   // parts per (sequence, q head), at most (the merge's shared-memory weights): a sequence of
   // max_seq_len tokens gets ≤ max_tiles items, and every other sequence has ≥ 1. With more

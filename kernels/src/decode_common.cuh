@@ -105,9 +105,7 @@ struct LaneLens {
   }
   // the length and tile count of sequence b, one of this lane's (b ≡ lane mod 32)
   __device__ __forceinline__ int len(int b) const { return b < 32 * kRegs ? pick(len_r, b) : max(lens[b], 0); }
-  __device__ __forceinline__ int tiles(int b) const {
-    return b < 32 * kRegs ? pick(t_r, b) : tiles_of(max(lens[b], 0), tile);
-  }
+  __device__ __forceinline__ int tiles(int b) const { return b < 32 * kRegs ? pick(t_r, b) : tiles_of(len(b), tile); }
 };
 
 // L, the chunk in tiles (n_items > batch).
