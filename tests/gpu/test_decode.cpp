@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "gpu_util.h"
@@ -18,6 +19,7 @@
 #include "tq/format.h"
 
 using namespace tqtest;
+using tq::cuda::DecodePlan;
 
 namespace {
 
@@ -218,10 +220,13 @@ double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, co
   return worst;
 }
 
-double run_decode(const DecodeCase& c) {
+// check_plan (optional): assertions on the plan before the launch.
+double run_decode(const DecodeCase& c,
+                  const std::function<void(const DecodePlan&, const Filled&)>& check_plan = nullptr) {
   tq::Rng rng(c.seed);
   Filled F = fill_cache(c, rng);
   DecodeRun R = prepare(c, F, rng);
+  if (check_plan) check_plan(R.plan, F);
   R.out->fill(0xff);
   R.ws->fill(0xff);
   launch(c, F, R);
@@ -424,18 +429,12 @@ TEST_CASE("decode: sequences longer than the plan's max_seq_len (merge in severa
       c.plan_max_len = 40;
       c.splits = splits;
       c.seed = uint64_t(600 + splits);
-      tq::Rng rng(c.seed);
-      Filled F = fill_cache(c, rng);
-      DecodeRun R = prepare(c, F, rng);
-      INFO(fmt << " splits " << R.plan.num_splits << " items " << R.plan.items << " parts " << R.plan.parts
-               << " warps per head " << R.plan.warps_per_head);
-      if (splits > 0)  // the long sequence's items outnumber the parts a pass holds
-        REQUIRE(R.plan.parts < (R.plan.items - F.pg.batch + 1) * R.plan.warps_per_head);
-      R.out->fill(0xff);
-      R.ws->fill(0xff);
-      launch(c, F, R);
-      device_sync();
-      check_output(c, F, R, F.pg.lens);
+      run_decode(c, [&](const DecodePlan& plan, const Filled& F) {
+        INFO(fmt << " splits " << plan.num_splits << " items " << plan.items << " parts " << plan.parts
+                 << " warps per head " << plan.warps_per_head);
+        if (splits > 0)  // the long sequence's items outnumber the parts a pass holds
+          REQUIRE(plan.parts < (plan.items - F.pg.batch + 1) * plan.warps_per_head);
+      });
     }
 }
 
