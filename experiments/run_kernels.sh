@@ -32,7 +32,7 @@ BUILD=$ROOT/build-kernels
 JOBS=$(nproc 2>/dev/null || echo 8)
 export PATH=/usr/local/cuda/bin:$PATH
 SHAPE="--batch 32 --q-heads 32 --kv-heads 8 --head-dim 128 --block-size 16"
-BENCH_FORMATS=${BENCH_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turboquant_k8v4 turboquant_3bit_nc turbo3 turbo4}
+BENCH_FORMATS=${BENCH_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turboquant_k8v4 turboquant_3bit_nc turbo2 turbo3 turbo4}
 FORMATS=$(for f in $BENCH_FORMATS; do printf -- '--format %s ' "$f"; done)
 status=0
 

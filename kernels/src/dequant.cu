@@ -122,10 +122,10 @@ __device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, f
   const float norm = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk)));
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    // KB = 4: 4-bit codes at byte 2 + j/2; KB = 3: 2-bit codes at byte 2 + j/4, their third
-    // bits at byte 34 + j/8
+    // KB = 4: 4-bit codes at byte 2 + j/2; KB = 3 and 2: 2-bit codes at byte 2 + j/4 (KB = 3:
+    // their third bits at byte 34 + j/8)
     const uint32_t w = codes8<KB == 4 ? 4 : 2>(blk + 2, (KB == 4 ? 4 : 2) * (4 * i + q));
-    const uint32_t hi = KB == 4 ? 0u : uint32_t(blk[34 + 4 * i + q]);
+    const uint32_t hi = KB == 3 ? uint32_t(blk[34 + 4 * i + q]) : 0u;
     const uint32_t neg = s_signs[4 + i] >> (8 * q);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {

@@ -16,7 +16,7 @@ struct FormatCfg {
   static constexpr int kKeyBits = KB, kValueBits = VB, kD = D;
   static constexpr int kIdxBytes = (D * KB + 7) / 8;             // mse index stream
   static constexpr int kTurboBlocks = (D + 127) / 128;           // turbo: zero-padded blocks of 128
-  static constexpr int kTurboBlockBytes = KB == 3 ? 50 : 66;     // BlockTurbo3 / BlockTurbo4
+  static constexpr int kTurboBlockBytes = KB == 2 ? 34 : KB == 3 ? 50 : 66;  // BlockTurbo2 / 3 / 4
   static constexpr int kKeyBytes = KK == KeyKind::mse ? kIdxBytes + 2
                                    : KK == KeyKind::fp8 ? D
                                                         : kTurboBlocks * kTurboBlockBytes;
@@ -50,6 +50,7 @@ inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
     if (f.value_bits == 3) return dispatch_head_dim<KeyKind::fp8, 8, ValueKind::uniform, 3>(d, fn);
   }
   if (f.key == KeyKind::turbo && f.value == ValueKind::turbo) {
+    if (f.key_bits == 2) return dispatch_head_dim<KeyKind::turbo, 2, ValueKind::turbo, 2>(d, fn);
     if (f.key_bits == 3) return dispatch_head_dim<KeyKind::turbo, 3, ValueKind::turbo, 3>(d, fn);
     if (f.key_bits == 4) return dispatch_head_dim<KeyKind::turbo, 4, ValueKind::turbo, 4>(d, fn);
   }

@@ -70,7 +70,7 @@ KernelFormat kernel_format(const KvFormat& f) {
   auto unsupported = [&](const std::string& why) -> Error {
     return Error(fmt::format("GPU kernels: format '{}' at head_dim {} not supported: {} (supported: "
                              "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4, "
-                             "k=mse3|mse4[+nc],v=u3|u4,rot=hadamard; k=fp8,v=u3|u4; turbo3; turbo4)",
+                             "k=mse3|mse4[+nc],v=u3|u4,rot=hadamard; k=fp8,v=u3|u4; turbo2; turbo3; turbo4)",
                              f.name, d, why));
   };
 
@@ -90,10 +90,9 @@ KernelFormat kernel_format(const KvFormat& f) {
     k.key = KeyKind::fp8;
     k.key_bits = 8;
   } else if (const auto* tb = dynamic_cast<const TurboCodec*>(f.key.get())) {
-    if (tb->kind() != TurboKind::turbo3 && tb->kind() != TurboKind::turbo4)
-      throw unsupported("turbo blocks other than turbo3/turbo4");
+    if (tb->kind() == TurboKind::turbo4_qjl) throw unsupported("turbo4-qjl blocks (turbo2, turbo3 and turbo4 are)");
     k.key = KeyKind::turbo;
-    k.key_bits = tb->kind() == TurboKind::turbo3 ? 3 : 4;
+    k.key_bits = tb->kind() == TurboKind::turbo2 ? 2 : tb->kind() == TurboKind::turbo3 ? 3 : 4;
     copy_codebook(tb->codebook(), k);
     const auto& rot = tb->rotation();
     for (int w = 0; w < 4; ++w) {
@@ -123,6 +122,9 @@ KernelFormat kernel_format(const KvFormat& f) {
 
 std::string decode_support(const KernelFormat& f) {
   if (f.key == KeyKind::turbo) {
+    if (f.key_bits == 2)
+      return fmt::format("format '{}': turbo2 has GPU store and dequant kernels but no paged decode kernel (the "
+                         "decode takes turbo3/turbo4 at head_dim 64 and 128)", f.name);
     if (f.head_dim > 128)
       return fmt::format("format '{}': the paged decode kernel takes turbo3/turbo4 at head_dim 64 and 128 (one "
                          "block of 128 per head), not {}", f.name, f.head_dim);

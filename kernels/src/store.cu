@@ -120,7 +120,7 @@ __device__ __forceinline__ void write_stream(const uint8_t* codes, int n, uint8_
   }
 }
 
-// turbo3/turbo4 blocks: {fp16 norm, qs, [signs]} per 128 codes (tq/formats/turbo.h).
+// turbo2/3/4 blocks: {fp16 norm, qs, [signs]} per 128 codes (tq/formats/turbo.h).
 template <int KB, int BLOCKS, int BLOCK_BYTES>
 __device__ __forceinline__ void write_turbo(uint8_t* codes, const uint16_t (&norm)[BLOCKS > 1 ? BLOCKS : 1],
                                             uint8_t* dst, int lane) {
@@ -129,8 +129,8 @@ __device__ __forceinline__ void write_turbo(uint8_t* codes, const uint16_t (&nor
     uint8_t* blk = dst + b * BLOCK_BYTES;
     const uint8_t* c = codes + 128 * b;
     if (lane == 0) store_u16(blk, norm[b]);
-    if constexpr (KB == 4) {
-      write_stream<4>(c, 128, blk + 2, lane);
+    if constexpr (KB == 4 || KB == 2) {
+      write_stream<KB>(c, 128, blk + 2, lane);
     } else {
       // low 2 bits in qs[32], the third bit in signs[16]: split the codes in place
       for (int w = lane; w < 128 / 8; w += 32) {
@@ -379,7 +379,7 @@ __device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const
   dev::fwht<3, 2>(x, lane);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    uint32_t lo = 0, hi = 0;  // turbo4: 8 nibbles; turbo3: 8 two-bit codes and 8 sign bits
+    uint32_t lo = 0, hi = 0;  // turbo4: 8 nibbles; turbo3: 8 two-bit codes and 8 sign bits; turbo2: 8 two-bit codes
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float sc = (t.s2[i] >> (8 * q + e)) & 1u ? -t.rot_scale : t.rot_scale;  // scale·s2, exact
@@ -397,7 +397,7 @@ __device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const
       stage_codes<4>(blk + 2, 4 * i + q, lo);
     } else {
       store_u16(blk + 2 + 2 * (4 * i + q), lo);
-      blk[34 + 4 * i + q] = uint8_t(hi);
+      if constexpr (KB == 3) blk[34 + 4 * i + q] = uint8_t(hi);
     }
   }
   const float recon = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));

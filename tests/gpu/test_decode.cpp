@@ -526,9 +526,9 @@ TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[
   using tq::cuda::DequantDtype;
   uint64_t seed = 40;
   for (const std::string fmt :
-       {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4", "turbo3", "turbo4"})
+       {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4", "turbo2", "turbo3", "turbo4"})
     for (int d : {64, 128, 256}) {
-      // block sizes and kv-head counts vary over the 18 cases: a warp of the quad kernel takes
+      // block sizes and kv-head counts vary over the 21 cases: a warp of the quad kernel takes
       // 8 consecutive token-heads, so with 1, 2 or 3 heads its rows span tokens (and pages)
       const int k = int(seed - 40);
       DecodeCase c;
@@ -630,6 +630,10 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 256));  // two blocks per head: no kernel
   tq::cuda::PagedCache pt{cache.as<uint8_t>(), 4, 16, 2, t3.slot_bytes};
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t3, pt, p), Contains("head_dim 64 and 128"));
+  const auto t2 = tq::cuda::kernel_format(tq::make_format("turbo2", 128));  // store and dequant only
+  tq::cuda::PagedCache p2{cache.as<uint8_t>(), 4, 16, 2, t2.slot_bytes};
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t2, p2, p), Contains("turbo2 has GPU store and dequant kernels"));
+  REQUIRE_THROWS_WITH(tq::cuda::kernel_format(tq::make_format("turbo4-qjl", 128)), Contains("turbo4-qjl blocks"));
   tq::cuda::StoreParams sp;
   sp.num_tokens = 5;
   sp.cache = pc;

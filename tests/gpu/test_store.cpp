@@ -22,7 +22,8 @@ constexpr uint8_t kPoison = 0xA5;
 
 const std::vector<std::string>& store_formats() {
   static const std::vector<std::string> f = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-                                             "turboquant_k8v4",    "turbo3",             "turbo4"};
+                                             "turboquant_k8v4",    "turbo2",             "turbo3",
+                                             "turbo4"};
   return f;
 }
 
@@ -175,6 +176,8 @@ TEST_CASE("store: strided inputs and many tokens", "[store]") {
   check_store("turbo3", 256, 32, 700, 1, 85);
   check_store("turbo3", 128, 16, 300, 3, 86, 3);
   check_store("turbo4", 64, 32, 300, 5, 87, 1);
+  check_store("turbo2", 256, 16, 700, 3, 88);     // quad kernel, two blocks per head
+  check_store("turbo2", 128, 32, 300, 2, 89, 5);  // warp kernel
 }
 
 TEST_CASE("store: quick subset", "[store][quick]") {
@@ -182,6 +185,7 @@ TEST_CASE("store: quick subset", "[store][quick]") {
   check_store("turboquant_k3v4_nc", 64, 32, 40, 2, 6);
   check_store("turboquant_k8v4", 256, 16, 20, 2, 7);
   check_store("turbo3", 64, 16, 20, 2, 8);
+  check_store("turbo2", 128, 16, 20, 2, 9);
 }
 
 // ---- the vLLM reference vectors (data/vectors, bytes written by vLLM's kernels) ----

@@ -51,13 +51,13 @@ struct KernelFormat {
 // Throws tq::Error naming the format when the kernels have no path for it
 // (e.g. rot=haar, k=prod3, q8_0 values). Supported: turboquant_4bit_nc,
 // turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4 (and specs
-// k=mse3|mse4[+nc],v=u3|u4,rot=hadamard / k=fp8,v=u3|u4), turbo3, turbo4;
-// head_dim 64, 128 or 256.
+// k=mse3|mse4[+nc],v=u3|u4,rot=hadamard / k=fp8,v=u3|u4), turbo2, turbo3,
+// turbo4 (not turbo4-qjl); head_dim 64, 128 or 256.
 KernelFormat kernel_format(const KvFormat& format);
 
 // Whether the paged decode kernel handles this format (the presets and mse/fp8 +
 // u3/u4 specs it instantiates; turbo3/turbo4 at head_dim 64 and 128 — one block per
-// head). Empty string = yes; otherwise the reason.
+// head; turbo2 has store and dequant kernels only). Empty string = yes; otherwise the reason.
 std::string decode_support(const KernelFormat& f);
 
 // Whether the store and decode kernels handle this format in the plane layout
