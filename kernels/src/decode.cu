@@ -1,5 +1,5 @@
 // Paged decode over TurboQuant caches (mse keys + u values; fp8 keys + u values;
-// turbo3/turbo4 blocks for keys and values, d ≤ 128: scores and the value sum in the
+// turbo2/3/4 blocks for keys and values, d ≤ 128: scores and the value sum in the
 // block's rotated domain, keys and values through the pair LUT, the inverse rotation
 // once per part at the write-out).
 //
@@ -179,8 +179,8 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     const uint8_t* q = row + 16 * ps + 4 * p;
     w[0] = ld_u16(q);
     w[1] = ld_u16(q + 2);
-  } else if constexpr (QCfg<C>::kTurbo) {  // turbo3: qs from row, the sign plane 32 bytes on
-    w[0] = turbo3_pairs(ld_u16(row + 8 * ps + 2 * p), ld_u8(row + 32 + 4 * ps + p));
+  } else if constexpr (QCfg<C>::kTurbo) {  // turbo3: qs from row, the sign plane 32 bytes on; turbo2: qs only
+    w[0] = turbo3_pairs(ld_u16(row + 8 * ps + 2 * p), C::kKeyBits == 3 ? ld_u8(row + 32 + 4 * ps + p) : 0u);
   } else {
     const int odd = p & 1;
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
@@ -208,8 +208,8 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
   } else if constexpr (QCfg<C>::kWide && (C::kKeyBits == 4 || QCfg<C>::kTurbo)) {
     // lut_lane = 4·lane: PRMT puts the code byte in byte 1 and 4·lane in byte 0
-    // planes and turbo3 (pair codes in bytes): both k-steps in one word
-    constexpr bool kOneWord = P || C::kKeyBits == 3;
+    // planes and turbo3/turbo2 (pair codes in bytes): both k-steps in one word
+    constexpr bool kOneWord = P || C::kKeyBits <= 3;
     const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
     lo = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel));
     hi = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u));
@@ -830,6 +830,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               uint32_t word;
               if constexpr (C::kValueBits == 4) {
                 word = ld_u16(vp[h][u] + 16 * w);
+              } else if constexpr (C::kValueBits == 2) {  // turbo2: qs byte r + 8w (pair codes of 4 bits)
+                word = turbo3_pairs(ld_u8(vp[h][u] + 8 * w), 0u);
               } else {  // turbo3: qs byte r + 8w, sign nibble (r & 1) of byte r/2 + 4w (vp: + r)
                 const uint8_t* sg = vp[h][u] - r + 32 + (r >> 1) + 4 * w;
                 word = turbo3_pairs(ld_u8(vp[h][u] + 8 * w), ld_u8(sg) >> (4 * (r & 1)) & 15u);

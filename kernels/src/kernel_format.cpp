@@ -122,11 +122,8 @@ KernelFormat kernel_format(const KvFormat& f) {
 
 std::string decode_support(const KernelFormat& f) {
   if (f.key == KeyKind::turbo) {
-    if (f.key_bits == 2)
-      return fmt::format("format '{}': turbo2 has GPU store and dequant kernels but no paged decode kernel (the "
-                         "decode takes turbo3/turbo4 at head_dim 64 and 128)", f.name);
     if (f.head_dim > 128)
-      return fmt::format("format '{}': the paged decode kernel takes turbo3/turbo4 at head_dim 64 and 128 (one "
+      return fmt::format("format '{}': the paged decode kernel takes turbo2/turbo3/turbo4 at head_dim 64 and 128 (one "
                          "block of 128 per head), not {}", f.name, f.head_dim);
     return {};
   }

@@ -1,6 +1,6 @@
 // Fused store kernels; bytes equal KvFormat::encode_slots.
 // - store_quad_kernel (mse or fp8 keys + uniform values — the turboquant_* presets —
-//   and turbo3/turbo4 blocks; vLLM layout, 16-byte-aligned fp16 rows): four lanes
+//   and turbo2/3/4 blocks; vLLM layout, 16-byte-aligned fp16 rows): four lanes
 //   per token-head, see below.
 // - store_kernel (everything else: the plane layout, unaligned rows):
 //   one warp per token-head computes the key record (norm, Hadamard rotation,

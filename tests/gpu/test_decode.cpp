@@ -235,7 +235,7 @@ double run_decode(const DecodeCase& c,
 }
 
 const std::vector<std::string> kDecodeFormats = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-                                                 "turboquant_k8v4", "turbo3", "turbo4", "f16"};
+                                                 "turboquant_k8v4", "turbo2", "turbo3", "turbo4", "f16"};
 const std::vector<int> kRagged = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4097};
 
 }  // namespace
@@ -333,7 +333,7 @@ TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
     for (int d : {64, 256})
       for (int bs : {32, 64, 128}) {
         // turbo at d = 256: two blocks, two norms per head — no kernel, a clear refusal
-        if ((fmt == "turbo3" || fmt == "turbo4") && d == 256) {
+        if ((fmt == "turbo2" || fmt == "turbo3" || fmt == "turbo4") && d == 256) {
           const auto kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
           CHECK_THAT(tq::cuda::decode_support(kf), Catch::Matchers::Contains("head_dim 64 and 128"));
           continue;
@@ -358,8 +358,8 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8 and head layouts", "[decode]") {
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
   // (16,16) two head groups (segmented copies); (64,8) G=8.
   for (const auto& fmt :
-       {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo3"), std::string("turbo4"),
-        std::string("f16")})
+       {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo2"), std::string("turbo3"),
+        std::string("turbo4"), std::string("f16")})
     for (const H h : {H{8, 8}, H{32, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
       DecodeCase c;
       c.fmt = fmt;
@@ -630,9 +630,6 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 256));  // two blocks per head: no kernel
   tq::cuda::PagedCache pt{cache.as<uint8_t>(), 4, 16, 2, t3.slot_bytes};
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t3, pt, p), Contains("head_dim 64 and 128"));
-  const auto t2 = tq::cuda::kernel_format(tq::make_format("turbo2", 128));  // store and dequant only
-  tq::cuda::PagedCache p2{cache.as<uint8_t>(), 4, 16, 2, t2.slot_bytes};
-  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t2, p2, p), Contains("turbo2 has GPU store and dequant kernels"));
   REQUIRE_THROWS_WITH(tq::cuda::kernel_format(tq::make_format("turbo4-qjl", 128)), Contains("turbo4-qjl blocks"));
   tq::cuda::StoreParams sp;
   sp.num_tokens = 5;

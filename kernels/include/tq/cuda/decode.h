@@ -13,7 +13,7 @@
 //   q head h reads kv head h / (n_q_heads / n_kv_heads) (consecutive q heads share a kv head)
 //   out = softmax(attn_scale · q·K̂ᵀ) V̂ over positions [0, seq_lens[i]) of sequence i,
 //   K̂, V̂ = the CPU decode of the slots (mse keys scored in the rotated domain;
-//   turbo3/turbo4 blocks: scores and the value sum in the block's rotated domain).
+//   turbo2/3/4 blocks: scores and the value sum in the block's rotated domain).
 #pragma once
 
 #include <cstddef>
