@@ -136,7 +136,7 @@ struct QCfg {
   // lane, as the 3-bit path reads them, were 2-way bank conflicted). Word w of row r
   // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
   // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
-  // of qs and a sign nibble).
+  // of qs and a sign nibble; turbo2: a byte of qs).
   static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kTurbo ? 1 : kVChunk;
   // output dim of row r of m-tile i (row r + 8: the next dim)
   static __device__ __forceinline__ int out_dim(int r, int i) {
@@ -154,6 +154,7 @@ __device__ __forceinline__ float ld_f16(const uint8_t* p) {
 // turbo3: the 2-bit codes of 8 dims (q, dim i at bits 2i) and their sign bits (s, dim i
 // at bit i) → the 6-bit pair codes of dims 2k, 2k+1 in byte k: bits 0–3 q's nibble k,
 // bits 4–5 s's bits 2k, 2k+1 (the products place each sign pair without overlaps).
+// turbo2 (no sign plane): s = 0, 4-bit pair codes.
 __device__ __forceinline__ uint32_t turbo3_pairs(uint32_t q, uint32_t s) {
   uint32_t x = __byte_perm(q, 0u, 0x4140);  // q's bytes → bytes 0 and 2
   x = (x | (x << 4)) & 0x0f0f0f0fu;          // nibbles → bytes 0–3
@@ -816,7 +817,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       }
       if constexpr (Q::kTurbo) {
         // turbo value blocks: row r takes dims 4r + 32w … +3 (out_dim) as two pair codes
-        // (turbo4: the u16 at byte 2r + 16w of qs; turbo3: built by turbo3_pairs), pair
+        // (turbo4: the u16 at byte 2r + 16w of qs; turbo3/turbo2: built by turbo3_pairs), pair
         // e = dims 2j, 2j+1 (j = 2r + 16w + e) → half2(α·c, α·c′) from the key LUT; m-tile
         // 2w + e takes dim 2j as row r and dim 2j+1 as row r + 8, so two PRMTs turn the
         // pairs of tokens (2p, 2p+1) into the A registers (two tokens of one dim each).

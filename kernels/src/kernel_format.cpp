@@ -90,7 +90,7 @@ KernelFormat kernel_format(const KvFormat& f) {
     k.key = KeyKind::fp8;
     k.key_bits = 8;
   } else if (const auto* tb = dynamic_cast<const TurboCodec*>(f.key.get())) {
-    if (tb->kind() == TurboKind::turbo4_qjl) throw unsupported("turbo4-qjl blocks (turbo2, turbo3 and turbo4 are)");
+    if (tb->kind() == TurboKind::turbo4_qjl) throw unsupported("turbo4-qjl blocks");
     k.key = KeyKind::turbo;
     k.key_bits = tb->kind() == TurboKind::turbo2 ? 2 : tb->kind() == TurboKind::turbo3 ? 3 : 4;
     copy_codebook(tb->codebook(), k);
