@@ -155,7 +155,7 @@ __device__ __forceinline__ float ld_f16(const uint8_t* p) {
 // at bit i) → the 6-bit pair codes of dims 2k, 2k+1 in byte k: bits 0–3 q's nibble k,
 // bits 4–5 s's bits 2k, 2k+1 (the products place each sign pair without overlaps).
 // turbo2 (no sign plane): s = 0, 4-bit pair codes.
-__device__ __forceinline__ uint32_t turbo3_pairs(uint32_t q, uint32_t s) {
+__device__ __forceinline__ uint32_t turbo_pairs(uint32_t q, uint32_t s) {
   uint32_t x = __byte_perm(q, 0u, 0x4140);  // q's bytes → bytes 0 and 2
   x = (x | (x << 4)) & 0x0f0f0f0fu;          // nibbles → bytes 0–3
   return x | (((s & 0x33u) * 0x10010u) & 0x00300030u) | (((s & 0xccu) * 0x400400u) & 0x30003000u);
@@ -181,7 +181,7 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     w[0] = ld_u16(q);
     w[1] = ld_u16(q + 2);
   } else if constexpr (QCfg<C>::kTurbo) {  // turbo3: qs from row, the sign plane 32 bytes on; turbo2: qs only
-    w[0] = turbo3_pairs(ld_u16(row + 8 * ps + 2 * p), C::kKeyBits == 3 ? ld_u8(row + 32 + 4 * ps + p) : 0u);
+    w[0] = turbo_pairs(ld_u16(row + 8 * ps + 2 * p), C::kKeyBits == 3 ? ld_u8(row + 32 + 4 * ps + p) : 0u);
   } else {
     const int odd = p & 1;
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     for (int i = tid - first; i >= 0 && i < Q::kLutEntries * kChunks; i += nthreads - first) {
       const int row = i / kChunks, chunk = i % kChunks;
       const int e = Q::kSplitLut ? (chunk < 8 ? row & 63 : row >> 2) : row;
-      // pair code → its two dims' centroids (turbo3: see turbo3_pairs)
+      // pair code → its two dims' centroids (turbo3: see turbo_pairs)
       const int lo = Q::kTurbo && KB == 3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
       const int hi = Q::kTurbo && KB == 3 ? (e >> 2 & 3) | (e >> 3 & 4) : e >> KB;
       const uint32_t v = dev::pack_half2(s_cen[lo], s_cen[hi]);
@@ -817,7 +817,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       }
       if constexpr (Q::kTurbo) {
         // turbo value blocks: row r takes dims 4r + 32w … +3 (out_dim) as two pair codes
-        // (turbo4: the u16 at byte 2r + 16w of qs; turbo3/turbo2: built by turbo3_pairs), pair
+        // (turbo4: the u16 at byte 2r + 16w of qs; turbo3/turbo2: built by turbo_pairs), pair
         // e = dims 2j, 2j+1 (j = 2r + 16w + e) → half2(α·c, α·c′) from the key LUT; m-tile
         // 2w + e takes dim 2j as row r and dim 2j+1 as row r + 8, so two PRMTs turn the
         // pairs of tokens (2p, 2p+1) into the A registers (two tokens of one dim each).
@@ -831,11 +831,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               uint32_t word;
               if constexpr (C::kValueBits == 4) {
                 word = ld_u16(vp[h][u] + 16 * w);
-              } else if constexpr (C::kValueBits == 2) {  // turbo2: qs byte r + 8w (pair codes of 4 bits)
-                word = turbo3_pairs(ld_u8(vp[h][u] + 8 * w), 0u);
-              } else {  // turbo3: qs byte r + 8w, sign nibble (r & 1) of byte r/2 + 4w (vp: + r)
+              } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vp: + r), turbo2: none
                 const uint8_t* sg = vp[h][u] - r + 32 + (r >> 1) + 4 * w;
-                word = turbo3_pairs(ld_u8(vp[h][u] + 8 * w), ld_u8(sg) >> (4 * (r & 1)) & 15u);
+                word = turbo_pairs(ld_u8(vp[h][u] + 8 * w), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
               }
               key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
             }

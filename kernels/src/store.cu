@@ -390,7 +390,7 @@ __device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const
         lo |= idx << (4 * e);
       } else {
         lo |= (idx & 3u) << (2 * e);
-        hi |= (idx >> 2) << e;
+        hi |= (idx >> 2) << e;  // turbo3's sign plane (turbo2: idx < 4, none is stored)
       }
     }
     if constexpr (KB == 4) {
