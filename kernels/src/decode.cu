@@ -1,7 +1,7 @@
 // Paged decode over TurboQuant caches (mse keys + u values; fp8 keys + u values;
-// turbo2/3/4 blocks for keys and values, d ≤ 128: scores and the value sum in the
-// block's rotated domain, keys and values through the pair LUT, the inverse rotation
-// once per part at the write-out).
+// turbo2/3/4 blocks for keys and values — one block of 128 per head at d ≤ 128, two at
+// d = 256: scores and the value sum in each block's rotated domain, keys and values through
+// the pair LUT, the inverse rotation once per part at the write-out).
 //
 // Per CTA (work item: a chunk of one sequence's tokens, dev::work_item; group of hpc kv
 // heads): hpc × wph warps; warp (h, w)
@@ -104,11 +104,14 @@ struct DecodeTables {
 
 template <class C>
 struct QCfg {
-  // turbo4 (turboquant_plus blocks, keys and values): scores and values in the rotated
-  // domain of one 128-value block (d = 64: zero-padded), so D — the MMA dims — is 128
-  // while the query and output rows have C::kD values.
+  // turbo2/3/4 (turboquant_plus blocks, keys and values): scores and values in the rotated
+  // domain of each 128-value block (d = 64: one zero-padded block; d = 256: two, each with
+  // its own key norm and value norm), so D — the MMA dims — is 128 · blocks while the
+  // query and output rows have C::kD values. Block b holds MMA dims 128b … 128b + 127
+  // (k-steps 8b …, value m-tiles 8b …).
   static constexpr bool kTurbo = C::kKey == KeyKind::turbo;
-  static constexpr int D = kTurbo ? 128 : C::kD;
+  static constexpr int kTB = kTurbo ? C::kTurboBlocks : 1;  // turbo blocks per head (1 otherwise)
+  static constexpr int D = kTurbo ? 128 * kTB : C::kD;
   static constexpr int kSlot = (C::kKeyBytes + C::kValueBytes + 1) & ~1;
   static constexpr int kKSteps = D / 16;
   static constexpr bool kMse = C::kKey == KeyKind::mse;
@@ -161,6 +164,24 @@ __device__ __forceinline__ uint32_t turbo_pairs(uint32_t q, uint32_t s) {
   return x | (((s & 0x33u) * 0x10010u) & 0x00300030u) | (((s & 0xccu) * 0x400400u) & 0x30003000u);
 }
 
+// The FWHT of each of TB blocks of 128 elements (element j of block b: lane j % 32,
+// register 4b + j / 32); TB = 1: the whole array (d ≤ 128, any transform size).
+template <int TB, int E>
+__device__ __forceinline__ void block_fwht(float (&y)[E], int lane) {
+  if constexpr (TB == 1) {
+    dev::warp_fwht(y, lane);
+  } else {
+    static_assert(E == 4 * TB, "turbo blocks of 128 elements: 4 registers each");
+#pragma unroll
+    for (int b = 0; b < TB; ++b) {
+      float z[4] = {y[4 * b], y[4 * b + 1], y[4 * b + 2], y[4 * b + 3]};
+      dev::warp_fwht(z, lane);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) y[4 * b + k] = z[k];
+    }
+  }
+}
+
 // The 8 key codes of pair-step ps (two k-steps, 32 head dims) for quad lane p
 // (dims 32ps + 8p … +7) of one token row: 4-bit: two 16-bit words (w[0]: codes 0–3,
 // w[1]: codes 4–7; the plane layout's 16-byte aligned rows: one 4-byte load);
@@ -176,12 +197,21 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     const uint8_t* q = row + 32 * ps + 8 * p;  // 4-byte aligned: fp8+u4 slots are 1.5·d + 4 bytes
     w[0] = ld_u32(q);
     w[1] = ld_u32(q + 4);
+  } else if constexpr (QCfg<C>::kTurbo) {
+    // block ps / 4 (row: its qs; block b's qs kTurboBlockBytes further on). turbo4: two
+    // 16-bit words of nibbles; turbo3: qs, the sign plane 32 bytes on; turbo2: qs only
+    const uint8_t* q = row + (ps >> 2) * C::kTurboBlockBytes;
+    const int pl = ps & 3;
+    if constexpr (C::kKeyBits == 4) {
+      w[0] = ld_u16(q + 16 * pl + 4 * p);
+      w[1] = ld_u16(q + 16 * pl + 4 * p + 2);
+    } else {
+      w[0] = turbo_pairs(ld_u16(q + 8 * pl + 2 * p), C::kKeyBits == 3 ? ld_u8(q + 32 + 4 * pl + p) : 0u);
+    }
   } else if constexpr (C::kKeyBits == 4) {
     const uint8_t* q = row + 16 * ps + 4 * p;
     w[0] = ld_u16(q);
     w[1] = ld_u16(q + 2);
-  } else if constexpr (QCfg<C>::kTurbo) {  // turbo3: qs from row, the sign plane 32 bytes on; turbo2: qs only
-    w[0] = turbo_pairs(ld_u16(row + 8 * ps + 2 * p), C::kKeyBits == 3 ? ld_u8(row + 32 + 4 * ps + p) : 0u);
   } else {
     const int odd = p & 1;
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
@@ -221,10 +251,12 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const uint32_t lut_hi = lut_lane | 0x80u;
     lo = dev::lds_u32(__byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u));
     hi = dev::lds_u32(__byte_perm(w[1 - h2], lut_hi, h2 ? 0x7634u : 0x7614u));
-  } else if constexpr (C::kKeyBits == 4) {
-    const uint32_t sel = P ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;  // planes: both k-steps in one word
-    lo = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel) << 7));
-    hi = dev::lds_u32(lut_lane + (__byte_perm(w[P ? 0 : h2], 0u, sel + 1u) << 7));
+  } else if constexpr (C::kKeyBits == 4 || QCfg<C>::kTurbo) {
+    // planes and turbo3/turbo2 (d = 256): both k-steps in one word
+    constexpr bool kOneWord = P || C::kKeyBits <= 3;
+    const uint32_t sel = kOneWord ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;
+    lo = dev::lds_u32(lut_lane + (__byte_perm(w[kOneWord ? 0 : h2], 0u, sel) << 7));
+    hi = dev::lds_u32(lut_lane + (__byte_perm(w[kOneWord ? 0 : h2], 0u, sel + 1u) << 7));
   } else {
     lo = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2)) & 63u) << 7));
     hi = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2 + 6)) & 63u) << 7));
@@ -510,11 +542,11 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   auto q_head = [&](int g, float (&y)[D / 32]) {
     float sc = 1.f;
     if constexpr (Q::kLut) {
-      dev::warp_fwht(y, lane);
+      block_fwht<Q::kTB>(y, lane);
       sc = t.rot_scale;
     }
 #pragma unroll
-    for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = Q::kTurbo && (t.s2[k] >> lane) & 1u ? -y[k] : y[k];
+    for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = Q::kTurbo && (t.s2[k & 3] >> lane) & 1u ? -y[k] : y[k];
     __syncwarp();
     const bool mine = PK ? (r & 3) == g : r == g;
     if (mine) {
@@ -539,7 +571,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     }
     __syncwarp();
   };
-  auto s1_sign = [&](int k, float v) { return Q::kTurbo && (t.s1[k] >> lane) & 1u ? -v : v; };
+  auto s1_sign = [&](int k, float v) { return Q::kTurbo && (t.s1[k & 3] >> lane) & 1u ? -v : v; };
   if constexpr (PK) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
@@ -607,7 +639,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
                               smem + (piece(2 * (s * wph + ws) + 1) - dyn_base)};  // the two halves
 
       // ---- scores of both halves ----
-      float sa[2][NQ][4] = {};
+      float sa[Q::kTB][2][NQ][4] = {};  // [turbo block][half][hi/lo set]
       [[maybe_unused]] float qa[2][4] = {}, qb[2][4] = {};  // Σc² (mse keys)
       const uint8_t* krow[2][2];
 #pragma unroll
@@ -625,14 +657,14 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         }
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) {
-          const int ks = 2 * kp + h2;
+          const int ks = 2 * kp + h2, tb = ks / (KS / Q::kTB);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint32_t af[4];
             key_frag<C, P>(kw[h][0], h2, lut_lane, af[0], af[2]);
             key_frag<C, P>(kw[h][1], h2, lut_lane, af[1], af[3]);
-            dev::mma_16816(sa[h][0], af, qf[0][ks][0], qf[0][ks][1]);
-            if constexpr (!PK) dev::mma_16816(sa[h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
+            dev::mma_16816(sa[tb][h][0], af, qf[0][ks][0], qf[0][ks][1]);
+            if constexpr (!PK) dev::mma_16816(sa[tb][h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
             if constexpr (Q::kMse && PK) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
               dev::mma_1688(qa[h], af[0], af[1], af[0]);  // columns: tokens 0–7
               dev::mma_1688(qb[h], af[0], af[1], af[1]);  // columns: tokens 8–15
@@ -647,7 +679,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           }
         }
       }
-      uint32_t pb[2][NQ][2];  // P' fragments [half][hi/lo set][b0/b1]
+      uint32_t pb[Q::kTB][2][NQ][2];  // P' fragments [turbo block][half][hi/lo set][b0/b1]
       float alpha[2] = {1.f, 1.f};
       bool fast;  // no logit above the running maxima: α = 1, no rescale
       auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero (and Σ p·scale) by α
@@ -667,10 +699,15 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         float x4[4];
         const uint8_t* mb = hi_lane ? hb[0] : hb[1];
         float fr = raw_scale, fr8 = raw_scale;
+        [[maybe_unused]] float frb = raw_scale, frb8 = raw_scale;  // turbo block 1's key norms (d = 256)
         if constexpr (Q::kLut) {
           const uint8_t* n0 = mb + rm.norm + r * rm.mst;
           fr *= ld_f16(n0);
           fr8 *= ld_f16(n0 + 8 * rm.mst);
+          if constexpr (Q::kTB > 1) {
+            frb *= ld_f16(n0 + C::kTurboBlockBytes);
+            frb8 *= ld_f16(n0 + 8 * rm.mst + C::kTurboBlockBytes);
+          }
           if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
             const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
             const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], diag_src);
@@ -683,13 +720,26 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         const bool v0 = valid(16 * mh + r), v1 = valid(16 * mh + r + 8);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[1][0][i] : sa[0][0][i], 2);
-          x4[i] = (hi_lane ? sa[0][0][i] : sa[1][0][i]) + other;
+          const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[0][1][0][i] : sa[0][0][0][i], 2);
+          x4[i] = (hi_lane ? sa[0][0][0][i] : sa[0][1][0][i]) + other;
         }
-        x4[0] = v0 ? x4[0] * fr : -INFINITY;
-        x4[1] = v0 ? x4[1] * fr : -INFINITY;
-        x4[2] = v1 ? x4[2] * fr8 : -INFINITY;
-        x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
+        if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's
+          float y4[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[1][1][0][i] : sa[1][0][0][i], 2);
+            y4[i] = (hi_lane ? sa[1][0][0][i] : sa[1][1][0][i]) + other;
+          }
+          x4[0] = v0 ? fmaf(y4[0], frb, x4[0] * fr) : -INFINITY;
+          x4[1] = v0 ? fmaf(y4[1], frb, x4[1] * fr) : -INFINITY;
+          x4[2] = v1 ? fmaf(y4[2], frb8, x4[2] * fr8) : -INFINITY;
+          x4[3] = v1 ? fmaf(y4[3], frb8, x4[3] * fr8) : -INFINITY;
+        } else {
+          x4[0] = v0 ? x4[0] * fr : -INFINITY;
+          x4[1] = v0 ? x4[1] * fr : -INFINITY;
+          x4[2] = v1 ? x4[2] * fr8 : -INFINITY;
+          x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
+        }
         fast = sm.try_keep_half(x4);
         if (!fast) {
           sm.update_half(x4, alpha);
@@ -708,32 +758,49 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         // Each lane splits its own P' into hi and lo, keeps the part its columns
         // hold and sends the other to lane p ^ 2 (whose columns hold that part of
         // this lane's half). own: this lane's half, oth: the partner's.
-        uint32_t own[2], oth[2];
+        // Turbo block tb > 0 (d = 256): P' = p · that block's value norm.
+        auto p_frags = [&](int tb, const float (&pw)[4]) {
+          uint32_t own[2], oth[2];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const __half2 hh = __floats2half2_rn(pv[2 * j], pv[2 * j + 1]);
-          const float2 f = __half22float2(hh);
-          const uint32_t hi = *reinterpret_cast<const uint32_t*>(&hh);
-          const uint32_t lo = dev::pack_half2(pv[2 * j] - f.x, pv[2 * j + 1] - f.y);
-          own[j] = hi_lane ? hi : lo;
-          oth[j] = __shfl_xor_sync(dev::kFull, hi_lane ? lo : hi, 2);
+          for (int j = 0; j < 2; ++j) {
+            const __half2 hh = __floats2half2_rn(pw[2 * j], pw[2 * j + 1]);
+            const float2 f = __half22float2(hh);
+            const uint32_t hi = *reinterpret_cast<const uint32_t*>(&hh);
+            const uint32_t lo = dev::pack_half2(pw[2 * j] - f.x, pw[2 * j + 1] - f.y);
+            own[j] = hi_lane ? hi : lo;
+            oth[j] = __shfl_xor_sync(dev::kFull, hi_lane ? lo : hi, 2);
+          }
+          pb[tb][0][0][0] = dev::movmatrix_trans(hi_lane ? own[0] : oth[0]);
+          pb[tb][0][0][1] = dev::movmatrix_trans(hi_lane ? own[1] : oth[1]);
+          pb[tb][1][0][0] = dev::movmatrix_trans(hi_lane ? oth[0] : own[0]);
+          pb[tb][1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
+        };
+        p_frags(0, pv);
+        if constexpr (Q::kTB > 1) {
+          const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
+          const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
+          const float pw[4] = {x4[0] * sb0, x4[1] * sb0, x4[2] * sb1, x4[3] * sb1};
+          p_frags(1, pw);
         }
-        pb[0][0][0] = dev::movmatrix_trans(hi_lane ? own[0] : oth[0]);
-        pb[0][0][1] = dev::movmatrix_trans(hi_lane ? own[1] : oth[1]);
-        pb[1][0][0] = dev::movmatrix_trans(hi_lane ? oth[0] : own[0]);
-        pb[1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
       } else {
         float x[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float sc4[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) sc4[i] = sa[h][0][i] + sa[h][NQ - 1][i];
+          for (int i = 0; i < 4; ++i) sc4[i] = sa[0][h][0][i] + sa[0][h][NQ - 1][i];
           float fr = raw_scale, fr8 = raw_scale;
           [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
           if constexpr (Q::kLut) {
             fr *= ld_f16(n0);
             fr8 *= ld_f16(n0 + 8 * rm.mst);
+            if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256)
+              const float frb = raw_scale * ld_f16(n0 + C::kTurboBlockBytes);
+              const float frb8 = raw_scale * ld_f16(n0 + 8 * rm.mst + C::kTurboBlockBytes);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][NQ - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
+              fr = fr8 = 1.f;
+            }
             if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
               const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
               const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
@@ -764,12 +831,22 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
             if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
           }
-          const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
-          const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-          pb[h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
-          pb[h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
-          pb[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pv[0] - pf01.x, pv[1] - pf01.y));
-          pb[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pv[2] - pf23.x, pv[3] - pf23.y));
+          // turbo block tb > 0 (d = 256): P' = p · that block's value norm
+          auto p_frags = [&](int tb, const float (&pw)[4]) {
+            const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
+            const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
+            pb[tb][h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
+            pb[tb][h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+            pb[tb][h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf01.x, pw[1] - pf01.y));
+            pb[tb][h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
+          };
+          p_frags(0, pv);
+          if constexpr (Q::kTB > 1) {
+            const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
+            const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
+            const float pw[4] = {x[h][0] * sb0, x[h][1] * sb0, x[h][2] * sb1, x[h][3] * sb1};
+            p_frags(1, pw);
+          }
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' ----
@@ -786,20 +863,21 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             for (int j = 0; j < 4; ++j) acc[i][j] *= alpha[j & 1];
         }
       }
-      auto fold = [&](float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
+      // tb: the turbo block of the m-tile's dims (0 otherwise)
+      auto fold = [&](int tb, float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
         if constexpr (kAccMma) {
 #pragma unroll
           for (int n = 0; n < NQ; ++n) {
-            dev::mma_16816(ac, a0, pb[0][n][0], pb[0][n][1]);
-            dev::mma_16816(ac, a1, pb[1][n][0], pb[1][n][1]);
+            dev::mma_16816(ac, a0, pb[tb][0][n][0], pb[tb][0][n][1]);
+            dev::mma_16816(ac, a1, pb[tb][1][n][0], pb[tb][1][n][1]);
           }
           return;
         }
         float tt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int n = 0; n < NQ; ++n) {
-          dev::mma_16816(tt, a0, pb[0][n][0], pb[0][n][1]);
-          dev::mma_16816(tt, a1, pb[1][n][0], pb[1][n][1]);
+          dev::mma_16816(tt, a0, pb[tb][0][n][0], pb[tb][0][n][1]);
+          dev::mma_16816(tt, a1, pb[tb][1][n][0], pb[tb][1][n][1]);
         }
         ac[0] = fmaf(ac[0], alpha[0], tt[0]);
         ac[1] = fmaf(ac[1], alpha[1], tt[1]);
@@ -829,11 +907,13 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
               uint32_t word;
+              const uint8_t* vb = vp[h][u] + (w >> 2) * C::kTurboBlockBytes;  // block w / 4's qs (+ row)
+              const int wl = w & 3;
               if constexpr (C::kValueBits == 4) {
-                word = ld_u16(vp[h][u] + 16 * w);
-              } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vp: + r), turbo2: none
-                const uint8_t* sg = vp[h][u] - r + 32 + (r >> 1) + 4 * w;
-                word = turbo_pairs(ld_u8(vp[h][u] + 8 * w), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
+                word = ld_u16(vb + 16 * wl);
+              } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vb: + r), turbo2: none
+                const uint8_t* sg = vb - r + 32 + (r >> 1) + 4 * wl;
+                word = turbo_pairs(ld_u8(vb + 8 * wl), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
               }
               key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
             }
@@ -847,7 +927,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               af[h][2] = __byte_perm(x[h][2][e], x[h][3][e], 0x5410);
               af[h][3] = __byte_perm(x[h][2][e], x[h][3][e], 0x7632);
             }
-            fold(acc[2 * w + e], af[0], af[1]);
+            fold(w / 4, acc[2 * w + e], af[0], af[1]);
           }
         }
       } else if constexpr (C::kValueBits == 4) {
@@ -873,7 +953,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               af[h][2] = xcd & 0x000f000fu;
               af[h][3] = xcd & 0x00f000f0u;
             }
-            fold(acc[2 * w + m], af[0], af[1]);
+            fold(0, acc[2 * w + m], af[0], af[1]);
           }
         }
       } else {
@@ -900,7 +980,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         for (int i = 0; i < D / 16; ++i) {
           const uint32_t a0[4] = {pair(0, 0, 2 * i), pair(0, 0, 2 * i + 1), pair(0, 2, 2 * i), pair(0, 2, 2 * i + 1)};
           const uint32_t a1[4] = {pair(1, 0, 2 * i), pair(1, 0, 2 * i + 1), pair(1, 2, 2 * i), pair(1, 2, 2 * i + 1)};
-          fold(acc[i], a0, a1);
+          fold(0, acc[i], a0, a1);
         }
       }
     };
@@ -945,8 +1025,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   if constexpr (Q::kTurbo) {
     // (no value zero: the Σ p·zero terms, read from the value qs, are dead here)
     // acc: Σ p·norm·α·c in the rotated domain (row dims: out_dim). One query head at a
-    // time through this warp's q buffer: x̂ = s1 · H(s2 · acc) · rot_scale / (α · Σp),
-    // the first C::kD values (TurboCodec::decode, linear, so once per part).
+    // time through this warp's q buffer: x̂ = s1 · H(s2 · acc) · rot_scale / (α · Σp) per
+    // block of 128, the first C::kD values (TurboCodec::decode, linear, so once per part).
     float inv[2], lse[2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -967,9 +1047,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       __syncwarp();
       float y[D / 32];
 #pragma unroll
-      for (int k = 0; k < D / 32; ++k) y[k] = (t.s2[k] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
+      for (int k = 0; k < D / 32; ++k) y[k] = (t.s2[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
       __syncwarp();
-      dev::warp_fwht(y, lane);
+      block_fwht<Q::kTB>(y, lane);
       const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
       const int qh_idx = kvh * a.group + g;
       const int64_t row = part_row(qh_idx);
@@ -977,7 +1057,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       for (int k = 0; k < D / 32; ++k) {
         const int j = lane + 32 * k;
         if (j >= C::kD) continue;
-        const float v = y[k] * ((t.s1[k] >> lane) & 1u ? -osc : osc);
+        const float v = y[k] * ((t.s1[k & 3] >> lane) & 1u ? -osc : osc);
         if (a.parts == 1)
           out_row(qh_idx)[j] = __float2half_rn(v);
         else

@@ -57,7 +57,7 @@ inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
   throw_error("GPU kernels: no kernel instantiated for this key/value codec combination");
 }
 
-// The subset the paged decode kernel implements (the vLLM presets, turbo2/3/4 with one block).
+// The subset the paged decode kernel implements (the vLLM presets, turbo2/3/4).
 template <class Fn>
 inline void dispatch_decode_format(const KernelFormat& f, Fn&& fn) {
   const int d = f.head_dim;
@@ -68,16 +68,13 @@ inline void dispatch_decode_format(const KernelFormat& f, Fn&& fn) {
   }
   if (f.key == KeyKind::fp8 && f.value == ValueKind::uniform && f.value_bits == 4)
     return dispatch_head_dim<KeyKind::fp8, 8, ValueKind::uniform, 4>(d, fn);
-  if (f.key == KeyKind::turbo && f.value == ValueKind::turbo) {  // one block: d = 64, 128
-    if (f.key_bits == 4 && d == 64) return fn(FormatCfg<KeyKind::turbo, 4, ValueKind::turbo, 4, 64>{});
-    if (f.key_bits == 4 && d == 128) return fn(FormatCfg<KeyKind::turbo, 4, ValueKind::turbo, 4, 128>{});
-    if (f.key_bits == 3 && d == 64) return fn(FormatCfg<KeyKind::turbo, 3, ValueKind::turbo, 3, 64>{});
-    if (f.key_bits == 3 && d == 128) return fn(FormatCfg<KeyKind::turbo, 3, ValueKind::turbo, 3, 128>{});
-    if (f.key_bits == 2 && d == 64) return fn(FormatCfg<KeyKind::turbo, 2, ValueKind::turbo, 2, 64>{});
-    if (f.key_bits == 2 && d == 128) return fn(FormatCfg<KeyKind::turbo, 2, ValueKind::turbo, 2, 128>{});
+  if (f.key == KeyKind::turbo && f.value == ValueKind::turbo) {
+    if (f.key_bits == 4) return dispatch_head_dim<KeyKind::turbo, 4, ValueKind::turbo, 4>(d, fn);
+    if (f.key_bits == 3) return dispatch_head_dim<KeyKind::turbo, 3, ValueKind::turbo, 3>(d, fn);
+    if (f.key_bits == 2) return dispatch_head_dim<KeyKind::turbo, 2, ValueKind::turbo, 2>(d, fn);
   }
   throw_error("paged decode: no kernel for this key/value codec combination (decode implements mse4+u4, mse3+u4, "
-              "mse3+u3 and fp8+u4 — the turboquant_* presets — and turbo2/turbo3/turbo4 at head_dim 64 and 128)");
+              "mse3+u3 and fp8+u4 — the turboquant_* presets — and turbo2/turbo3/turbo4)");
 }
 
 }  // namespace tq::cuda

@@ -121,12 +121,7 @@ KernelFormat kernel_format(const KvFormat& f) {
 }
 
 std::string decode_support(const KernelFormat& f) {
-  if (f.key == KeyKind::turbo) {
-    if (f.head_dim > 128)
-      return fmt::format("format '{}': the paged decode kernel takes turbo2/turbo3/turbo4 at head_dim 64 and 128 (one "
-                         "block of 128 per head), not {}", f.name, f.head_dim);
-    return {};
-  }
+  if (f.key == KeyKind::turbo) return {};  // turbo2/3/4: one block per head (d = 64, 128) or two (256)
   const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||
                                              (f.key_bits == 3 && (f.value_bits == 4 || f.value_bits == 3)))) ||
                   (f.key == KeyKind::fp8 && f.value_bits == 4);

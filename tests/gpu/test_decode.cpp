@@ -332,12 +332,6 @@ TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
   for (const auto& fmt : kDecodeFormats)
     for (int d : {64, 256})
       for (int bs : {32, 64, 128}) {
-        // turbo at d = 256: two blocks, two norms per head — no kernel, a clear refusal
-        if ((fmt == "turbo2" || fmt == "turbo3" || fmt == "turbo4") && d == 256) {
-          const auto kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
-          CHECK_THAT(tq::cuda::decode_support(kf), Catch::Matchers::Contains("head_dim 64 and 128"));
-          continue;
-        }
         DecodeCase c;
         c.fmt = fmt;
         c.d = d;
@@ -349,6 +343,38 @@ TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
         c.seed = uint64_t(d * 1000 + bs);
         run_decode(c);
       }
+}
+
+// turbo at d = 256: two blocks of 128 per head, each with its own key norm and value norm
+// (the score is norm0 · block 0's dot + norm1 · block 1's; P' takes each block's value norm).
+// Group sizes 1, 4 (packed query columns) and 8, one kv head with 8 query heads, fixed
+// splits, and a 32K sequence.
+TEST_CASE("decode: turbo2/turbo3/turbo4 at head_dim 256 (two blocks per head)", "[decode]") {
+  struct H {
+    int hq, hkv;
+  };
+  for (const std::string fmt : {"turbo2", "turbo3", "turbo4"}) {
+    for (const H h : {H{8, 8}, H{32, 8}, H{64, 8}, H{8, 1}}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.d = 256;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.lens = {5, 16, 300, 2049};
+      c.splits = h.hkv == 1 ? 3 : 0;
+      c.seed = uint64_t(h.hq * 100 + h.hkv + 7);
+      run_decode(c);
+    }
+    DecodeCase c;
+    c.fmt = fmt;
+    c.d = 256;
+    c.hq = 16;
+    c.hkv = 4;
+    c.lens = {32768, 1, 4097};
+    c.seed = 11;
+    const double e = run_decode(c);
+    WARN(fmt << " d=256 32K: max rel error " << e);
+  }
 }
 
 TEST_CASE("decode: GQA group sizes 1, 4, 8 and head layouts", "[decode]") {
@@ -627,9 +653,15 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   pg = p;
   pg.n_q_heads = 3;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("multiple of n_kv_heads"));
-  const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 256));  // two blocks per head: no kernel
+  const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 256));  // two blocks per head
+  REQUIRE(tq::cuda::decode_support(t3).empty());
   tq::cuda::PagedCache pt{cache.as<uint8_t>(), 4, 16, 2, t3.slot_bytes};
-  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t3, pt, p), Contains("head_dim 64 and 128"));
+  auto p256 = p;  // q and out rows of 256 values (only validated here, never launched)
+  p256.q_stride_batch = p256.o_stride_batch = 4 * 256;
+  p256.q_stride_head = p256.o_stride_head = 256;
+  REQUIRE(tq::cuda::decode_can_implement(t3, pt, p256).empty());
+  pt.slot_bytes = t3.slot_bytes - 2;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t3, pt, p256), Contains("slot_bytes " + std::to_string(t3.slot_bytes - 2)));
   REQUIRE_THROWS_WITH(tq::cuda::kernel_format(tq::make_format("turbo4-qjl", 128)), Contains("turbo4-qjl blocks"));
   tq::cuda::StoreParams sp;
   sp.num_tokens = 5;
