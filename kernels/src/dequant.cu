@@ -23,6 +23,13 @@ struct DequantTables {
   bool nc;
 };
 
+// turbo4-qjl's own tables: a separate kernel argument, so the other formats' kernels keep their
+// parameters (and SASS) unchanged
+struct QjlTables {
+  uint32_t s1[4], s2[4];  // the QJL rotation's signs (bit i set = −1; its scale is rot_scale too)
+  float scale;            // TurboCodec::qjl_scale()
+};
+
 struct DequantArgs {
   const uint8_t* cache;
   int block_size, n_kv_heads, slot_bytes;
@@ -48,6 +55,17 @@ __device__ __forceinline__ void tables_to_shared(const DequantTables& t, float* 
     }
   }
   __syncthreads();
+}
+
+// turbo4-qjl: the QJL sign words → s_qjl (s1, then s2), before tables_to_shared's barrier.
+__device__ __forceinline__ void qjl_to_shared(const QjlTables& qt, uint32_t* s_qjl) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s_qjl[i] = qt.s1[i];
+      s_qjl[4 + i] = qt.s2[i];
+    }
+  }
 }
 
 // float32 → the output type, round to nearest even (as tq::float_to_half / float_to_bf16)
@@ -113,24 +131,57 @@ __device__ __forceinline__ void store8(T* dst, const float* x) {
   }
 }
 
+// turbo4-qjl's QJL term of one block (TurboCodec::block_centroids), element 32i + 8q + e in
+// st[8i + e]: k·R⁻¹(2z − 1) with k = qjl_scale·rnorm, R⁻¹ = Q1·(H/√128)·Q2 — ±1 signs, the
+// FWHT (integer sums: exact in any order), then one rounding per product in the CPU's order.
+__device__ __forceinline__ void quad_qjl_term(const uint8_t* blk, int lane, float rot_scale, float qjl_scale,
+                                              const uint32_t* s_qjl, float (&st)[32]) {
+  const int q = lane & 3;
+  const float k = __fmul_rn(qjl_scale, __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk + 2))));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // signs byte 4i + q: z of elements 32i + 8q + e at bit e; ×Q2 makes ±1 of it: +1 where z ≠ Q2's bit
+    const uint32_t v = uint32_t(blk[52 + 4 * i + q]) ^ (s_qjl[4 + i] >> (8 * q));
+#pragma unroll
+    for (int e = 0; e < 8; ++e) st[8 * i + e] = (v >> e) & 1u ? 1.f : -1.f;
+  }
+  dev::fwht<3, 2>(st, lane);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t neg = s_qjl[i] >> (8 * q);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      st[8 * i + e] = __fmul_rn(k, __fmul_rn(st[8 * i + e], (neg >> e) & 1u ? -rot_scale : rot_scale));
+  }
+}
+
 // TurboCodec::decode of one block in the quad layout (block element 32i + 8q + e in
 // y[8i + e]): the CPU's operations in the CPU's order (bitexact.cuh), so the same bits.
-template <int KB>
-__device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, float rot_scale, const float* s_cen,
-                                                 const uint32_t* s_signs, float (&y)[32]) {
+// QJL (turbo4-qjl): ŷ = c + the QJL term before the norm.
+template <int KB, bool QJL>
+__device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, float rot_scale, float qjl_scale,
+                                                 const float* s_cen, const uint32_t* s_signs, const uint32_t* s_qjl,
+                                                 float (&y)[32]) {
   const int q = lane & 3;
   const float norm = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(blk)));
+  float st[QJL ? 32 : 1];
+  if constexpr (QJL) quad_qjl_term(blk, lane, rot_scale, qjl_scale, s_qjl, st);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     // KB = 4: 4-bit codes at byte 2 + j/2; KB = 3 and 2: 2-bit codes at byte 2 + j/4 (KB = 3:
-    // their third bits at byte 34 + j/8)
-    const uint32_t w = codes8<KB == 4 ? 4 : 2>(blk + 2, (KB == 4 ? 4 : 2) * (4 * i + q));
-    const uint32_t hi = KB == 3 ? uint32_t(blk[34 + 4 * i + q]) : 0u;
+    // their third bits at byte 34 + j/8); turbo4-qjl: 3-bit codes at bit 3j of byte 4 on
+    const uint32_t w = QJL ? codes8<3>(blk + 4, 3 * (4 * i + q))
+                           : codes8<KB == 4 ? 4 : 2>(blk + 2, (KB == 4 ? 4 : 2) * (4 * i + q));
+    const uint32_t hi = KB == 3 && !QJL ? uint32_t(blk[34 + 4 * i + q]) : 0u;
     const uint32_t neg = s_signs[4 + i] >> (8 * q);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const uint32_t idx = KB == 4 ? (w >> (4 * e)) & 15u : ((w >> (2 * e)) & 3u) | (((hi >> e) & 1u) << 2);
-      const float c = __fmul_rn(s_cen[idx], norm);
+      const uint32_t idx = QJL       ? (w >> (3 * e)) & 7u
+                           : KB == 4 ? (w >> (4 * e)) & 15u
+                                     : ((w >> (2 * e)) & 3u) | (((hi >> e) & 1u) << 2);
+      float cj = s_cen[idx];
+      if constexpr (QJL) cj = __fadd_rn(cj, st[8 * i + e]);
+      const float c = __fmul_rn(cj, norm);
       y[8 * i + e] = (neg >> e) & 1u ? -c : c;
     }
   }
@@ -146,11 +197,13 @@ __device__ __forceinline__ void quad_turbo_block(const uint8_t* blk, int lane, f
 // A record of C::kTurboBlocks blocks → the first D outputs; out points at the lane's 8q.
 template <class C, int KB, class T, bool V>
 __device__ __forceinline__ void quad_turbo_record(const uint8_t* rec, T* out, bool live, int lane, float rot_scale,
-                                                  const float* s_cen, const uint32_t* s_signs) {
+                                                  float qjl_scale, const float* s_cen, const uint32_t* s_signs,
+                                                  const uint32_t* s_qjl) {
 #pragma unroll
   for (int b = 0; b < C::kTurboBlocks; ++b) {
     float y[32];
-    quad_turbo_block<KB>(rec + b * C::kTurboBlockBytes, lane, rot_scale, s_cen, s_signs, y);
+    quad_turbo_block<KB, C::kQjl>(rec + b * C::kTurboBlockBytes, lane, rot_scale, qjl_scale, s_cen, s_signs, s_qjl,
+                                  y);
     if (live) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -162,11 +215,12 @@ __device__ __forceinline__ void quad_turbo_record(const uint8_t* rec, T* out, bo
 // A row's key (staged slot s) → its D outputs; out points at the lane's 8q.
 template <class C, class T, bool V>
 __device__ __forceinline__ void quad_keys(const uint8_t* s, T* out, bool live, int lane, const DequantTables& t,
-                                          const float* s_cen, const uint32_t* s_signs) {
+                                          const QjlTables& qt, const float* s_cen, const uint32_t* s_signs,
+                                          const uint32_t* s_qjl) {
   constexpr int NI = C::kD / 32;
   const int q = lane & 3;
-  if constexpr (C::kKey == KeyKind::turbo) {
-    quad_turbo_record<C, C::kKeyBits, T, V>(s, out, live, lane, t.rot_scale, s_cen, s_signs);
+  if constexpr (C::kTurbo) {
+    quad_turbo_record<C, C::kKeyBits, T, V>(s, out, live, lane, t.rot_scale, qt.scale, s_cen, s_signs, s_qjl);
   } else {
     float x[C::kD / 4];  // element 32i + 8q + e in x[8i + e]
     if constexpr (C::kKey == KeyKind::mse) {
@@ -204,9 +258,10 @@ __device__ __forceinline__ void quad_keys(const uint8_t* s, T* out, bool live, i
 // A row's value (vs: the staged slot's value part) → its D outputs.
 template <class C, class T, bool V>
 __device__ __forceinline__ void quad_values(const uint8_t* vs, T* out, bool live, int lane, const DequantTables& t,
-                                            const float* s_cen, const uint32_t* s_signs) {
-  if constexpr (C::kValue == ValueKind::turbo) {
-    quad_turbo_record<C, C::kValueBits, T, V>(vs, out, live, lane, t.rot_scale, s_cen, s_signs);
+                                            const QjlTables& qt, const float* s_cen, const uint32_t* s_signs,
+                                            const uint32_t* s_qjl) {
+  if constexpr (C::kValue == ValueKind::turbo || C::kValue == ValueKind::turbo_qjl) {
+    quad_turbo_record<C, C::kValueBits, T, V>(vs, out, live, lane, t.rot_scale, qt.scale, s_cen, s_signs, s_qjl);
   } else {
     constexpr int VB = C::kValueBits;
     const float scale = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(vs + C::kValueCodeBytes)));
@@ -223,11 +278,12 @@ __device__ __forceinline__ void quad_values(const uint8_t* vs, T* out, bool live
 }
 
 template <class C, class T, bool V>
-__global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantArgs a, DequantTables t) {
+__global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantArgs a, DequantTables t, QjlTables qt) {
   constexpr int D = C::kD, RB = quad_row_bytes<C>();
   __shared__ float s_cen[16];
-  __shared__ uint32_t s_signs[8];
+  __shared__ uint32_t s_signs[8], s_qjl[C::kQjl ? 8 : 1];
   __shared__ __align__(16) uint8_t s_rows[kQuadWarps][8 * RB];
+  if constexpr (C::kQjl) qjl_to_shared(qt, s_qjl);
   tables_to_shared(t, s_cen, s_signs);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, q = lane & 3;
   const int seq = blockIdx.y, len = a.seq_lens[seq];
@@ -266,8 +322,8 @@ __global__ void __launch_bounds__(kQuadWarps * 32) dequant_quad_kernel(DequantAr
   T* ko = static_cast<T*>(a.k_out) + row * D + 8 * q;
   T* vo = static_cast<T*>(a.v_out) + row * D + 8 * q;
 
-  quad_keys<C, T, V>(s, ko, live, lane, t, s_cen, s_signs);
-  quad_values<C, T, V>(s + C::kKeyBytes, vo, live, lane, t, s_cen, s_signs);
+  quad_keys<C, T, V>(s, ko, live, lane, t, qt, s_cen, s_signs, s_qjl);
+  quad_values<C, T, V>(s + C::kKeyBytes, vo, live, lane, t, qt, s_cen, s_signs, s_qjl);
 }
 
 }  // namespace
@@ -284,6 +340,12 @@ void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t s
     t.s2[w] = f.turbo_s2[w];
   }
   t.nc = f.norm_correction;
+  QjlTables qt{};
+  for (int w = 0; w < 4; ++w) {
+    qt.s1[w] = f.qjl_s1[w];
+    qt.s2[w] = f.qjl_s2[w];
+  }
+  qt.scale = f.qjl_scale;
   DequantArgs a{};
   a.cache = p.cache.data;
   a.block_size = p.cache.block_size;
@@ -306,10 +368,10 @@ void dequant_paged(const KernelFormat& f, const DequantParams& p, cudaStream_t s
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     const bool bf = p.dtype == DequantDtype::bf16;
-    if (out16 && bf) dequant_quad_kernel<C, __nv_bfloat16, true><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
-    else if (out16) dequant_quad_kernel<C, __half, true><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
-    else if (bf) dequant_quad_kernel<C, __nv_bfloat16, false><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
-    else dequant_quad_kernel<C, __half, false><<<grid, kQuadWarps * 32, 0, stream>>>(a, t);
+    if (out16 && bf) dequant_quad_kernel<C, __nv_bfloat16, true><<<grid, kQuadWarps * 32, 0, stream>>>(a, t, qt);
+    else if (out16) dequant_quad_kernel<C, __half, true><<<grid, kQuadWarps * 32, 0, stream>>>(a, t, qt);
+    else if (bf) dequant_quad_kernel<C, __nv_bfloat16, false><<<grid, kQuadWarps * 32, 0, stream>>>(a, t, qt);
+    else dequant_quad_kernel<C, __half, false><<<grid, kQuadWarps * 32, 0, stream>>>(a, t, qt);
     TQ_CUDA_CHECK(cudaGetLastError());
   });
 }

@@ -16,13 +16,17 @@ struct FormatCfg {
   static constexpr int kKeyBits = KB, kValueBits = VB, kD = D;
   static constexpr int kIdxBytes = (D * KB + 7) / 8;             // mse index stream
   static constexpr int kTurboBlocks = (D + 127) / 128;           // turbo: zero-padded blocks of 128
-  static constexpr int kTurboBlockBytes = KB == 2 ? 34 : KB == 3 ? 50 : 66;  // BlockTurbo2 / 3 / 4
+  static constexpr int kTurboBlockBytes = KK == KeyKind::turbo_qjl ? 68  // BlockTurbo4Qjl
+                                          : KB == 2 ? 34 : KB == 3 ? 50 : 66;  // BlockTurbo2 / 3 / 4
   static constexpr int kKeyBytes = KK == KeyKind::mse ? kIdxBytes + 2
                                    : KK == KeyKind::fp8 ? D
                                                         : kTurboBlocks * kTurboBlockBytes;
   static constexpr int kValueCodeBytes = (D * VB + 7) / 8;
   static constexpr int kValueBytes = VK == ValueKind::uniform ? kValueCodeBytes + 4 : kKeyBytes;
   static constexpr int kLevels = 1 << KB;
+  // blocks of 128 (keys and values alike): turbo2/3/4, or turbo4-qjl (kQjl)
+  static constexpr bool kTurbo = KK == KeyKind::turbo || KK == KeyKind::turbo_qjl;
+  static constexpr bool kQjl = KK == KeyKind::turbo_qjl;
 };
 
 template <KeyKind KK, int KB, ValueKind VK, int VB, class Fn>
@@ -54,6 +58,8 @@ inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
     if (f.key_bits == 3) return dispatch_head_dim<KeyKind::turbo, 3, ValueKind::turbo, 3>(d, fn);
     if (f.key_bits == 4) return dispatch_head_dim<KeyKind::turbo, 4, ValueKind::turbo, 4>(d, fn);
   }
+  if (f.key == KeyKind::turbo_qjl && f.value == ValueKind::turbo_qjl && f.key_bits == 3)
+    return dispatch_head_dim<KeyKind::turbo_qjl, 3, ValueKind::turbo_qjl, 3>(d, fn);
   throw_error("GPU kernels: no kernel instantiated for this key/value codec combination");
 }
 

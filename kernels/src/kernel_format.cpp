@@ -70,7 +70,8 @@ KernelFormat kernel_format(const KvFormat& f) {
   auto unsupported = [&](const std::string& why) -> Error {
     return Error(fmt::format("GPU kernels: format '{}' at head_dim {} not supported: {} (supported: "
                              "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4, "
-                             "k=mse3|mse4[+nc],v=u3|u4,rot=hadamard; k=fp8,v=u3|u4; turbo2; turbo3; turbo4)",
+                             "k=mse3|mse4[+nc],v=u3|u4,rot=hadamard; k=fp8,v=u3|u4; turbo2; turbo3; turbo4; "
+                             "turbo4-qjl)",
                              f.name, d, why));
   };
 
@@ -90,9 +91,9 @@ KernelFormat kernel_format(const KvFormat& f) {
     k.key = KeyKind::fp8;
     k.key_bits = 8;
   } else if (const auto* tb = dynamic_cast<const TurboCodec*>(f.key.get())) {
-    if (tb->kind() == TurboKind::turbo4_qjl) throw unsupported("turbo4-qjl blocks");
-    k.key = KeyKind::turbo;
-    k.key_bits = tb->kind() == TurboKind::turbo2 ? 2 : tb->kind() == TurboKind::turbo3 ? 3 : 4;
+    const bool qjl = tb->kind() == TurboKind::turbo4_qjl;
+    k.key = qjl ? KeyKind::turbo_qjl : KeyKind::turbo;
+    k.key_bits = tb->kind() == TurboKind::turbo2 ? 2 : tb->kind() == TurboKind::turbo4 ? 4 : 3;
     copy_codebook(tb->codebook(), k);
     const auto& rot = tb->rotation();
     for (int w = 0; w < 4; ++w) {
@@ -101,9 +102,19 @@ KernelFormat kernel_format(const KvFormat& f) {
     }
     k.rot_scale = float(1.0 / std::sqrt(128.0));
     k.lut_scale = fp16_friendly_scale(k.centroids, k.levels);  // the decode kernel's LUT
+    if (qjl) {
+      // the kernels scale the QJL rotation by rot_scale, its float(1/√128) too (both are 128-point)
+      const RandomizedHadamard* r = tb->qjl_rotation();
+      if (!r || r->dim() != 128) throw unsupported("no 128-point QJL rotation (internal error)");
+      for (int w = 0; w < 4; ++w) {
+        k.qjl_s1[w] = sign_mask(r->signs1(), w);
+        k.qjl_s2[w] = sign_mask(r->signs2(), w);
+      }
+      k.qjl_scale = tb->qjl_scale();
+    }
     const auto* tv = dynamic_cast<const TurboCodec*>(f.value.get());
     if (!tv || tv->kind() != tb->kind()) throw unsupported("turbo keys need turbo values of the same kind");
-    k.value = ValueKind::turbo;
+    k.value = qjl ? ValueKind::turbo_qjl : ValueKind::turbo;
     k.value_bits = k.key_bits;
     return k;
   } else {
@@ -121,6 +132,9 @@ KernelFormat kernel_format(const KvFormat& f) {
 }
 
 std::string decode_support(const KernelFormat& f) {
+  if (f.key == KeyKind::turbo_qjl)
+    return fmt::format("format '{}': turbo4-qjl blocks have no decode kernel (store and dequant only; the paged "
+                       "decode takes turbo2/turbo3/turbo4)", f.name);
   if (f.key == KeyKind::turbo) return {};  // turbo2/3/4: one block per head (d = 64, 128) or two (256)
   const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||
                                              (f.key_bits == 3 && (f.value_bits == 4 || f.value_bits == 3)))) ||

@@ -1,7 +1,7 @@
 // Fused store kernels; bytes equal KvFormat::encode_slots.
 // - store_quad_kernel (mse or fp8 keys + uniform values — the turboquant_* presets —
-//   and turbo2/3/4 blocks; vLLM layout, 16-byte-aligned fp16 rows): four lanes
-//   per token-head, see below.
+//   and turbo2/3/4 or turbo4-qjl blocks; vLLM layout, 16-byte-aligned fp16 rows): four
+//   lanes per token-head, see below.
 // - store_kernel (everything else: the plane layout, unaligned rows):
 //   one warp per token-head computes the key record (norm, Hadamard rotation,
 //   bucketize, pack — or the fp8 cast, or turbo blocks) and the value record
@@ -31,6 +31,7 @@ struct StoreTables {
   float midpoints[16];
   float rot_scale;
   uint32_t s1[4], s2[4];
+  uint32_t q1[4], q2[4];  // turbo4-qjl: the QJL rotation's signs (its scale: rot_scale too)
 };
 
 struct StoreArgs {
@@ -45,10 +46,11 @@ struct StoreArgs {
   int planes;  // CacheLayout::planes (mse keys + uniform values only; see paged.h)
 };
 
-// One turbo block (128 values, 4 per lane: element lane + 32k) → codes in smem,
-// returns the corrected norm as fp16 bits. TurboCodec::encode_block.
-template <int KB>
-__device__ uint16_t turbo_block(float (&x)[4], int lane, const StoreTables& t, const float* s_mid,
+// One turbo block (128 values, 4 per lane: element lane + 32k) → codes in smem; returns
+// the corrected norm as fp16 bits. turbo4-qjl (QJL): returns the raw norm | rnorm << 16 (fp16
+// bits) and sets bit 3 of codes[i] to element i's QJL sign. TurboCodec::encode_block.
+template <int KB, bool QJL>
+__device__ uint32_t turbo_block(float (&x)[4], int lane, const StoreTables& t, const float* s_mid,
                                 const float* s_cen, uint8_t* codes) {
   const float n = __fsqrt_rn(dev::warp_tree_sum_squares(x));
   const float inv = n > 1e-10f ? __fdiv_rn(1.0f, n) : 0.0f;
@@ -65,12 +67,32 @@ __device__ uint16_t turbo_block(float (&x)[4], int lane, const StoreTables& t, c
   for (int k = 0; k < 4; ++k) {
     const int i = lane + 32 * k;
     const float sc = ((t.s2[i >> 5] >> (i & 31)) & 1u) ? -t.rot_scale : t.rot_scale;  // scale·s2, exact
-    const int idx = dev::bucketize<1 << KB>(__fmul_rn(x[k], sc), s_mid);
+    const float y = __fmul_rn(x[k], sc);
+    const int idx = dev::bucketize<1 << KB>(y, s_mid);
     codes[i] = uint8_t(idx);
     c[k] = s_cen[idx];
+    if constexpr (QJL) x[k] = __fsub_rn(y, c[k]);  // the residual r = y − c
   }
-  const float recon = __fsqrt_rn(dev::warp_tree_sum_squares(c));
-  return __half_as_ushort(__float2half_rn(recon > 1e-10f ? __fdiv_rn(n, recon) : n));
+  if constexpr (QJL) {
+    const float rn = __fsqrt_rn(dev::warp_tree_sum_squares(x));
+    // z = [Q2·(H/√128)·Q1·r ≥ 0] on the rounded products, as the CPU (−0 counts as ≥ 0)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = lane + 32 * k;
+      if ((t.q1[i >> 5] >> (i & 31)) & 1u) x[k] = -x[k];
+    }
+    dev::warp_fwht(x, lane);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = lane + 32 * k;
+      const float sc = ((t.q2[i >> 5] >> (i & 31)) & 1u) ? -t.rot_scale : t.rot_scale;
+      if (__fmul_rn(x[k], sc) >= 0.f) codes[i] |= 8;
+    }
+    return uint32_t(__half_as_ushort(__float2half_rn(n))) | uint32_t(__half_as_ushort(__float2half_rn(rn))) << 16;
+  } else {
+    const float recon = __fsqrt_rn(dev::warp_tree_sum_squares(c));
+    return __half_as_ushort(__float2half_rn(recon > 1e-10f ? __fdiv_rn(n, recon) : n));
+  }
 }
 
 __device__ __forceinline__ void store_u16(uint8_t* p, uint32_t v) { *reinterpret_cast<uint16_t*>(p) = uint16_t(v); }
@@ -120,16 +142,29 @@ __device__ __forceinline__ void write_stream(const uint8_t* codes, int n, uint8_
   }
 }
 
-// turbo2/3/4 blocks: {fp16 norm, qs, [signs]} per 128 codes (tq/formats/turbo.h).
-template <int KB, int BLOCKS, int BLOCK_BYTES>
-__device__ __forceinline__ void write_turbo(uint8_t* codes, const uint16_t (&norm)[BLOCKS > 1 ? BLOCKS : 1],
+// turbo2/3/4 blocks: {fp16 norm, qs, [signs]} per 128 codes; turbo4-qjl (QJL): {fp16 norm,
+// fp16 rnorm, qs[48], signs[16]} from fields = norm | rnorm << 16 and codes = idx | z << 3
+// (tq/formats/turbo.h).
+template <int KB, bool QJL, int BLOCKS, int BLOCK_BYTES>
+__device__ __forceinline__ void write_turbo(uint8_t* codes, const uint32_t (&fields)[BLOCKS > 1 ? BLOCKS : 1],
                                             uint8_t* dst, int lane) {
 #pragma unroll
   for (int b = 0; b < BLOCKS; ++b) {
     uint8_t* blk = dst + b * BLOCK_BYTES;
     const uint8_t* c = codes + 128 * b;
-    if (lane == 0) store_u16(blk, norm[b]);
-    if constexpr (KB == 4 || KB == 2) {
+    if (lane == 0) store_u16(blk, fields[b]);
+    if constexpr (QJL) {
+      if (lane == 1) store_u16(blk + 2, fields[b] >> 16);
+      write_stream<3>(c, 128, blk + 4, lane);  // the low 3 bits of each code
+      for (int w = lane; w < 128 / 16; w += 32) {  // bit 3 of codes 16w … 16w+15 → one 2-byte word
+        const uint4 x = *reinterpret_cast<const uint4*>(c + 16 * w);
+        const uint32_t q[4] = {x.x, x.y, x.z, x.w};
+        uint32_t v = 0;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v |= ((q[i / 4] >> (8 * (i % 4) + 3)) & 1u) << i;
+        store_u16(blk + 52 + 2 * w, v);
+      }
+    } else if constexpr (KB == 4 || KB == 2) {
       write_stream<KB>(c, 128, blk + 2, lane);
     } else {
       // low 2 bits in qs[32], the third bit in signs[16]: split the codes in place
@@ -154,7 +189,7 @@ template <class C>
 __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTables t) {
   constexpr int D = C::kD;
   constexpr int E = D / 32;
-  constexpr int kCodes = C::kKey == KeyKind::turbo ? C::kTurboBlocks * 128 : D;
+  constexpr int kCodes = C::kTurbo ? C::kTurboBlocks * 128 : D;
   __shared__ float s_mid[16], s_cen[16];
   __shared__ __align__(16) uint8_t s_kc[kWarps][kCodes];
   __shared__ __align__(16) uint8_t s_vc[kWarps][kCodes];
@@ -193,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
     }
 
     // ---- key record ----
-    uint16_t knorm[C::kTurboBlocks > 1 ? C::kTurboBlocks : 1] = {};
+    uint32_t knorm[C::kTurboBlocks > 1 ? C::kTurboBlocks : 1] = {};  // fp16 bits (turbo4-qjl: | rnorm << 16)
     if constexpr (C::kKey == KeyKind::mse) {
       // MseCodec::rotate_unit + pack
       const float norm = __fsqrt_rn(dev::warp_tree_sum_squares(x));
@@ -212,12 +247,12 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
         float xb[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) xb[k] = 4 * b + k < E ? x[4 * b + k] : 0.f;  // d=64: zero padding
-        knorm[b] = turbo_block<C::kKeyBits>(xb, lane, t, s_mid, s_cen, kc + 128 * b);
+        knorm[b] = turbo_block<C::kKeyBits, C::kQjl>(xb, lane, t, s_mid, s_cen, kc + 128 * b);
       }
     }
 
     // ---- value record ----
-    uint16_t vf0[C::kTurboBlocks > 1 ? C::kTurboBlocks : 1] = {}, vf1 = 0;
+    uint32_t vf0[C::kTurboBlocks > 1 ? C::kTurboBlocks : 1] = {}, vf1 = 0;
     if constexpr (C::kValue == ValueKind::uniform) {
       // UniformCodec::encode
       constexpr int qmax = (1 << C::kValueBits) - 1;
@@ -238,7 +273,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
         float vb[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) vb[k] = 4 * b + k < E ? v[4 * b + k] : 0.f;
-        vf0[b] = turbo_block<C::kValueBits>(vb, lane, t, s_mid, s_cen, vc + 128 * b);
+        vf0[b] = turbo_block<C::kValueBits, C::kQjl>(vb, lane, t, s_mid, s_cen, vc + 128 * b);
       }
     }
     __syncwarp();
@@ -268,7 +303,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
     } else if constexpr (C::kKey == KeyKind::fp8) {
       write_stream<8>(kc, D, dst, lane);
     } else {
-      write_turbo<C::kKeyBits, C::kTurboBlocks, C::kTurboBlockBytes>(kc, knorm, dst, lane);
+      write_turbo<C::kKeyBits, C::kQjl, C::kTurboBlocks, C::kTurboBlockBytes>(kc, knorm, dst, lane);
     }
     uint8_t* vdst = dst + C::kKeyBytes;
     if constexpr (C::kValue == ValueKind::uniform) {
@@ -276,7 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
       if (lane == 0) store_u16(vdst + C::kValueCodeBytes, vf0[0]);
       if (lane == 1) store_u16(vdst + C::kValueCodeBytes + 2, vf1);
     } else {
-      write_turbo<C::kValueBits, C::kTurboBlocks, C::kTurboBlockBytes>(vc, vf0, vdst, lane);
+      write_turbo<C::kValueBits, C::kQjl, C::kTurboBlocks, C::kTurboBlockBytes>(vc, vf0, vdst, lane);
     }
     if (C::kKeyBytes + C::kValueBytes < a.slot_bytes && lane == 2) dst[a.slot_bytes - 1] = 0;  // pad byte
     }
@@ -301,7 +336,8 @@ constexpr int kQuadWarps = 4;
 template <class C>
 constexpr bool quad_store_supported() {
   return ((C::kKey == KeyKind::mse || C::kKey == KeyKind::fp8) && C::kValue == ValueKind::uniform) ||
-         (C::kKey == KeyKind::turbo && C::kValue == ValueKind::turbo);
+         (C::kKey == KeyKind::turbo && C::kValue == ValueKind::turbo) ||
+         (C::kKey == KeyKind::turbo_qjl && C::kValue == ValueKind::turbo_qjl);
 }
 template <class C>
 constexpr int quad_slot() {
@@ -352,7 +388,7 @@ __device__ __forceinline__ void stage_codes(uint8_t* dst, int g, uint32_t w) {
     store_u16(dst + 4 * g, w);
     store_u16(dst + 4 * g + 2, w >> 16);
   } else {  // 3 bytes at 3g
-    static_assert(B == 3, "u3/u4 value codes, mse3/mse4 keys");
+    static_assert(B == 3, "u3/u4 value codes, mse3/mse4 keys, turbo4-qjl indices");
     dst[3 * g] = uint8_t(w);
     dst[3 * g + 1] = uint8_t(w >> 8);
     dst[3 * g + 2] = uint8_t(w >> 16);
@@ -361,9 +397,10 @@ __device__ __forceinline__ void stage_codes(uint8_t* dst, int g, uint32_t w) {
 
 // TurboCodec::encode_block in the quad layout: one block's 128 values (32 per lane,
 // j = 32i + 8q + e; d = 64: zeros past the head) → {fp16 corrected norm, qs[, signs]}
-// staged at blk. The same operations as turbo_block, level by level (bitexact.cuh); the
-// codes' centroids replace x in place for the norm correction's tree.
-template <int KB>
+// staged at blk — turbo4-qjl (QJL): {fp16 norm, fp16 rnorm, qs[48], signs[16]}. The same
+// operations as turbo_block, level by level (bitexact.cuh); the codes' centroids (QJL: the
+// residuals y − c) replace x in place for the norm correction's (the residual norm's) tree.
+template <int KB, bool QJL>
 __device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const StoreTables& t, uint32_t mid_base,
                                                  uint32_t cen_base, float m_top, float m_lo2, float m_hi2,
                                                  uint8_t* blk) {
@@ -379,29 +416,60 @@ __device__ __forceinline__ void quad_turbo_block(float (&x)[32], int lane, const
   dev::fwht<3, 2>(x, lane);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    uint32_t lo = 0, hi = 0;  // turbo4: 8 nibbles; turbo3: 8 two-bit codes and 8 sign bits; turbo2: 8 two-bit codes
+    // turbo4: 8 nibbles; turbo3: 8 two-bit codes and 8 sign bits; turbo2: 8 two-bit codes;
+    // turbo4-qjl: 8 three-bit codes
+    uint32_t lo = 0, hi = 0;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float sc = (t.s2[i] >> (8 * q + e)) & 1u ? -t.rot_scale : t.rot_scale;  // scale·s2, exact
-      const uint32_t off = bucket_addr<L>(__fmul_rn(x[8 * i + e], sc), mid_base, m_top, m_lo2, m_hi2) - mid_base;
+      const float y = __fmul_rn(x[8 * i + e], sc);
+      const uint32_t off = bucket_addr<L>(y, mid_base, m_top, m_lo2, m_hi2) - mid_base;
       const uint32_t idx = off >> 2;
-      x[8 * i + e] = lds_f32(cen_base + off);
-      if constexpr (KB == 4) {
+      const float c = lds_f32(cen_base + off);
+      if constexpr (QJL) {
+        x[8 * i + e] = __fsub_rn(y, c);  // the residual r = y − c
+        lo |= idx << (3 * e);
+      } else if constexpr (KB == 4) {
+        x[8 * i + e] = c;
         lo |= idx << (4 * e);
       } else {
+        x[8 * i + e] = c;
         lo |= (idx & 3u) << (2 * e);
         hi |= (idx >> 2) << e;  // turbo3's sign plane (turbo2: idx < 4, none is stored)
       }
     }
-    if constexpr (KB == 4) {
+    if constexpr (QJL) {
+      stage_codes<3>(blk + 4, 4 * i + q, lo);
+    } else if constexpr (KB == 4) {
       stage_codes<4>(blk + 2, 4 * i + q, lo);
     } else {
       store_u16(blk + 2 + 2 * (4 * i + q), lo);
       if constexpr (KB == 3) blk[34 + 4 * i + q] = uint8_t(hi);
     }
   }
-  const float recon = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
-  if (q == 0) store_u16(blk, __half_as_ushort(__float2half_rn(recon > 1e-10f ? __fdiv_rn(n, recon) : n)));
+  if constexpr (QJL) {
+    const float rn = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
+    // z = [Q2·(H/√128)·Q1·r ≥ 0] on the rounded products, as the CPU (−0 counts as ≥ 0)
+#pragma unroll
+    for (int k = 0; k < 32; ++k)
+      if ((t.q1[k >> 3] >> (8 * q + (k & 7))) & 1u) x[k] = -x[k];
+    dev::fwht<3, 2>(x, lane);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t z = 0;  // signs byte 4i + q: elements 32i + 8q + e at bit e
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float sc = (t.q2[i] >> (8 * q + e)) & 1u ? -t.rot_scale : t.rot_scale;
+        z |= (__fmul_rn(x[8 * i + e], sc) >= 0.f ? 1u : 0u) << e;
+      }
+      blk[52 + 4 * i + q] = uint8_t(z);
+    }
+    if (q == 0) store_u16(blk, __half_as_ushort(__float2half_rn(n)));
+    if (q == 1) store_u16(blk + 2, __half_as_ushort(__float2half_rn(rn)));
+  } else {
+    const float recon = __fsqrt_rn(dev::tree_sum_squares<3, 2>(x));
+    if (q == 0) store_u16(blk, __half_as_ushort(__float2half_rn(recon > 1e-10f ? __fdiv_rn(n, recon) : n)));
+  }
 }
 
 // The C::kTurboBlocks blocks of one head (E values per lane in the quad layout) → dst.
@@ -415,16 +483,16 @@ __device__ __forceinline__ void quad_turbo_record(const float (&x)[E], int lane,
     float xb[32];
 #pragma unroll
     for (int k = 0; k < 32; ++k) xb[k] = 32 * b + k < E ? x[32 * b + k] : 0.f;
-    quad_turbo_block<C::kKeyBits>(xb, lane, t, dev::smem_u32(s_mid), dev::smem_u32(s_cen), m_top, m_lo2, m_hi2,
-                                  dst + b * C::kTurboBlockBytes);
+    quad_turbo_block<C::kKeyBits, C::kQjl>(xb, lane, t, dev::smem_u32(s_mid), dev::smem_u32(s_cen), m_top, m_lo2,
+                                           m_hi2, dst + b * C::kTurboBlockBytes);
   }
 }
 
 template <class C>
-__global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : C::kKey == KeyKind::turbo ? 6 : 8)
+__global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : C::kTurbo ? 6 : 8)
     store_quad_kernel(StoreArgs a, StoreTables t) {
   constexpr int D = C::kD, NI = D / 32, E = D / 4, SB = quad_slot<C>();
-  constexpr bool kTurbo = C::kKey == KeyKind::turbo;
+  constexpr bool kTurbo = C::kTurbo;
   __shared__ float s_mid[16], s_cen[kTurbo ? 16 : 1];
   __shared__ __align__(16) uint8_t s_slot[kQuadWarps][8 * SB];
   if (threadIdx.x == 0) {  // compile-time indices: no local copy of the parameters
@@ -616,6 +684,8 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
   for (int w = 0; w < 4; ++w) {
     t.s1[w] = f.turbo_s1[w];
     t.s2[w] = f.turbo_s2[w];
+    t.q1[w] = f.qjl_s1[w];
+    t.q2[w] = f.qjl_s2[w];
   }
   StoreArgs a{};
   a.key = static_cast<const __half*>(p.key);

@@ -23,7 +23,7 @@ constexpr uint8_t kPoison = 0xA5;
 const std::vector<std::string>& store_formats() {
   static const std::vector<std::string> f = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
                                              "turboquant_k8v4",    "turbo2",             "turbo3",
-                                             "turbo4"};
+                                             "turbo4",             "turbo4-qjl"};
   return f;
 }
 
@@ -178,6 +178,13 @@ TEST_CASE("store: strided inputs and many tokens", "[store]") {
   check_store("turbo4", 64, 32, 300, 5, 87, 1);
   check_store("turbo2", 256, 16, 700, 3, 88);     // quad kernel, two blocks per head
   check_store("turbo2", 128, 32, 300, 2, 89, 5);  // warp kernel
+  // turbo4-qjl (3-bit indices + QJL signs of the residual): both kernels, one and two blocks per head
+  check_store("turbo4-qjl", 128, 16, 2000, 8, 90);     // quad kernel
+  check_store("turbo4-qjl", 256, 32, 700, 1, 91);      // quad kernel, two blocks per head
+  check_store("turbo4-qjl", 64, 64, 500, 3, 92);       // quad kernel, zero padding
+  check_store("turbo4-qjl", 128, 16, 300, 3, 93, 3);   // warp kernel
+  check_store("turbo4-qjl", 256, 32, 300, 2, 94, 5);   // warp kernel, two blocks per head
+  check_store("turbo4-qjl", 64, 128, 300, 5, 95, 1);   // warp kernel, zero padding
 }
 
 TEST_CASE("store: quick subset", "[store][quick]") {
@@ -186,6 +193,8 @@ TEST_CASE("store: quick subset", "[store][quick]") {
   check_store("turboquant_k8v4", 256, 16, 20, 2, 7);
   check_store("turbo3", 64, 16, 20, 2, 8);
   check_store("turbo2", 128, 16, 20, 2, 9);
+  check_store("turbo4-qjl", 128, 16, 20, 2, 10);
+  check_store("turbo4-qjl", 64, 16, 20, 2, 11, 3);  // warp kernel
 }
 
 // ---- the vLLM reference vectors (data/vectors, bytes written by vLLM's kernels) ----

@@ -141,10 +141,12 @@ void TurboCodec::block_centroids(const uint8_t* blk, float* c) const {
     for (int j = 0; j < kQK; ++j) st[j] = z[j] ? 1.f : -1.f;
     // Sᵀz = Q1·H·Q2·z = √128 · (inverse of the normalised rotation)(z).
     qjl_->apply_inverse(st);
-    const float k = float(kSqrtHalfPi / kQK * std::sqrt(double(kQK))) * detail::get_f16(blk + 2);
+    const float k = qjl_scale() * detail::get_f16(blk + 2);
     for (int j = 0; j < kQK; ++j) c[j] += k * st[j];
   }
 }
+
+float TurboCodec::qjl_scale() const { return float(kSqrtHalfPi / kQK * std::sqrt(double(kQK))); }
 
 void TurboCodec::encode(const float* x, int64_t n, uint8_t* out) const {
   check_rows(x, n);

@@ -21,11 +21,13 @@ namespace tq::cuda {
 enum class KeyKind : int {
   mse = 0,    // Hadamard (Sylvester, 1/sqrt(d)) + scalar codebook, b-bit LSB-first indices, fp16 norm
   fp8 = 1,    // FP8 E4M3 bytes, no rotation, no scale (turboquant_k8v4)
-  turbo = 2,  // turboquant_plus blocks of 128 (turbo3 / turbo4), corrected norm
+  turbo = 2,      // turboquant_plus blocks of 128 (turbo2 / turbo3 / turbo4), corrected norm
+  turbo_qjl = 3,  // turbo4-qjl blocks of 128: raw norm, residual norm, 3-bit indices, 1-bit QJL signs
 };
 enum class ValueKind : int {
   uniform = 0,  // per-vector min/max, b-bit codes, fp16 scale then fp16 zero
-  turbo = 1,    // the same turbo block codec as the key
+  turbo = 1,      // the same turbo block codec as the key
+  turbo_qjl = 2,  // turbo4-qjl blocks, as the key
 };
 
 struct KernelFormat {
@@ -46,17 +48,23 @@ struct KernelFormat {
   // half(α·c); the norm correction divides α out (raw norms: the launcher does).
   float lut_scale = 1.f;
   uint32_t turbo_s1[4] = {}, turbo_s2[4] = {};  // turbo sign tables, bit i set = sign −1
+  // turbo4-qjl: the QJL rotation's sign tables (as turbo_s1/s2; its scale is rot_scale) and
+  // TurboCodec::qjl_scale() (the decode's k = qjl_scale·rnorm)
+  uint32_t qjl_s1[4] = {}, qjl_s2[4] = {};
+  float qjl_scale = 0.f;
 };
 
-// Throws tq::Error naming the format when the kernels have no path for it
-// (e.g. rot=haar, k=prod3, q8_0 values). Supported: turboquant_4bit_nc,
+// Throws tq::Error naming the format when the store and dequant kernels have no
+// path for it (e.g. rot=haar, k=prod3, q8_0 values). Supported: turboquant_4bit_nc,
 // turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4 (and specs
 // k=mse3|mse4[+nc],v=u3|u4,rot=hadamard / k=fp8,v=u3|u4), turbo2, turbo3,
-// turbo4 (not turbo4-qjl); head_dim 64, 128 or 256.
+// turbo4, turbo4-qjl; head_dim 64, 128 or 256. The paged decode takes fewer
+// (decode_support).
 KernelFormat kernel_format(const KvFormat& format);
 
 // Whether the paged decode kernel handles this format (the presets and mse/fp8 +
-// u3/u4 specs it instantiates; turbo2/turbo3/turbo4). Empty string = yes; otherwise the reason.
+// u3/u4 specs it instantiates; turbo2/turbo3/turbo4; not turbo4-qjl, which has store and
+// dequant kernels only). Empty string = yes; otherwise the reason.
 std::string decode_support(const KernelFormat& f);
 
 // Whether the store and decode kernels handle this format in the plane layout

@@ -77,6 +77,11 @@ class TurboCodec final : public Codec {
   TurboKind kind() const { return kind_; }
   const ScalarCodebook& codebook() const { return *cb_; }
   const RandomizedHadamard& rotation() const { return *rot_; }
+  // turbo4-qjl (the GPU kernels read these): R, the normalised QJL rotation (S = √128·R;
+  // null for the other kinds), and float(√(π/2)/128·√128), so that the decode computes
+  // ŷ = c + (qjl_scale()·rnorm)·R⁻¹(2z − 1), each product and the sum rounded to float.
+  const RandomizedHadamard* qjl_rotation() const { return qjl_.get(); }
+  float qjl_scale() const;
 
  private:
   void encode_block(const float* x, uint8_t* blk) const;   // x: 128 values
