@@ -101,6 +101,12 @@ struct DecodeTables {
   int nc;
   uint32_t s1[4], s2[4];  // turbo: sign tables (bit i set = −1), q′ = s2·H·(s1·q)/√128
 };
+// turbo4-qjl kernels' tables (a separate type: a larger DecodeTables parameter changed the
+// other kernels' register allocation and schedules)
+struct DecodeTablesQjl : DecodeTables {
+  uint32_t qs1[4], qs2[4];  // the QJL rotation's sign tables, R = qs2·H·qs1/√128
+  float qjl_scale;          // κ (TurboCodec::qjl_scale): ŷ = c + κ·rnorm·R⁻¹(±1)
+};
 
 template <class C>
 struct QCfg {
@@ -109,7 +115,12 @@ struct QCfg {
   // its own key norm and value norm), so D — the MMA dims — is 128 · blocks while the
   // query and output rows have C::kD values. Block b holds MMA dims 128b … 128b + 127
   // (k-steps 8b …, value m-tiles 8b …).
-  static constexpr bool kTurbo = C::kKey == KeyKind::turbo;
+  // turbo4-qjl (kQjl, a turbo kind here): {raw norm, residual norm, 3-bit index stream,
+  // 1-bit QJL signs} per block; the score adds norm·κ·rnorm·(R q′)·(±1) — a second MMA
+  // chain over the signs with the query rotated once more — and the values a second
+  // accumulator over the signs, rotated back by R⁻¹ at the write-out (see the kernel).
+  static constexpr bool kQjl = C::kKey == KeyKind::turbo_qjl;
+  static constexpr bool kTurbo = C::kKey == KeyKind::turbo || kQjl;
   static constexpr int kTB = kTurbo ? C::kTurboBlocks : 1;  // turbo blocks per head (1 otherwise)
   static constexpr int D = kTurbo ? 128 * kTB : C::kD;
   static constexpr int kSlot = (C::kKeyBytes + C::kValueBytes + 1) & ~1;
@@ -125,7 +136,7 @@ struct QCfg {
   // code bits is one PRMT from the word or from the word shifted by 4 (key_frag).
   // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
   // one), address = LEA.
-  static constexpr bool kWide = kLut && D <= 128;
+  static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
   static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
   static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
   static constexpr int kLutRow = kWide ? 256 : 128;
@@ -140,7 +151,7 @@ struct QCfg {
   // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
   // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
   // of qs and a sign nibble; turbo2: a byte of qs).
-  static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kTurbo ? 1 : kVChunk;
+  static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kQjl ? 0 : kTurbo ? 1 : kVChunk;
   // output dim of row r of m-tile i (row r + 8: the next dim)
   static __device__ __forceinline__ int out_dim(int r, int i) {
     return C::kValueBits == 4 || kTurbo ? 4 * r + 32 * (i >> 1) + 2 * (i & 1) : r * (D / 8) + 2 * i;
@@ -197,6 +208,14 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     const uint8_t* q = row + 32 * ps + 8 * p;  // 4-byte aligned: fp8+u4 slots are 1.5·d + 4 bytes
     w[0] = ld_u32(q);
     w[1] = ld_u32(q + 4);
+  } else if constexpr (QCfg<C>::kQjl) {
+    // turbo4-qjl block ps / 4 (row: its index stream, 68 bytes per block): w[0] the 24 index
+    // bits of dims 32pl + 8p … +7 (pair k at bits 6k), w[1] their QJL sign byte
+    const uint8_t* q = row + (ps >> 2) * C::kTurboBlockBytes;
+    const int pl = ps & 3, odd = p & 1;
+    const uint8_t* qq = q + 12 * pl + 3 * p - odd;
+    w[0] = __byte_perm(ld_u16(qq), ld_u16(qq + 2), 0x5410) >> (8 * odd);
+    w[1] = ld_u8(q + 48 + 4 * pl + p);
   } else if constexpr (QCfg<C>::kTurbo) {
     // block ps / 4 (row: its qs; block b's qs kTurboBlockBytes further on). turbo4: two
     // 16-bit words of nibbles; turbo3: qs, the sign plane 32 bytes on; turbo2: qs only
@@ -251,7 +270,7 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const uint32_t lut_hi = lut_lane | 0x80u;
     lo = dev::lds_u32(__byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u));
     hi = dev::lds_u32(__byte_perm(w[1 - h2], lut_hi, h2 ? 0x7634u : 0x7614u));
-  } else if constexpr (C::kKeyBits == 4 || QCfg<C>::kTurbo) {
+  } else if constexpr (C::kKeyBits == 4 || (QCfg<C>::kTurbo && !QCfg<C>::kQjl)) {
     // planes and turbo3/turbo2 (d = 256): both k-steps in one word
     constexpr bool kOneWord = P || C::kKeyBits <= 3;
     const uint32_t sel = kOneWord ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;
@@ -261,6 +280,15 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     lo = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2)) & 63u) << 7));
     hi = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2 + 6)) & 63u) << 7));
   }
+}
+
+// turbo4-qjl: the ±1 halves of 4 dims (nibble bits 0–3: sign 1 = +1) from the lane's copy of
+// the 16-entry sign LUT (8-byte entries, 32 lane copies per 256-byte row: conflict-free):
+// lo = dims 0, 1, hi = dims 2, 3.
+__device__ __forceinline__ void sign_frag(uint32_t nibble, uint32_t slut_lane, uint32_t& lo, uint32_t& hi) {
+  const uint2 v = dev::lds_u64(slut_lane + (nibble << 8));
+  lo = v.x;
+  hi = v.y;
 }
 
 // 0x3C00 | c << 6 is the half 1 + c/16 (c < 16): codes in bits [0,4) and [16,20) of x.
@@ -285,10 +313,12 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
     m.cst = VB;
     m.mst = 6;
   } else if constexpr (QCfg<C>::kTurbo) {  // slot: key block {norm, qs[64]}, value block {norm, qs[64]}
+    // (turbo4-qjl: {norm, rnorm, qs[48], signs[16]}, the codes 4 bytes on)
+    constexpr int kHead = QCfg<C>::kQjl ? 4 : 2;
     m.norm = hl * SLOT;
-    m.key = m.norm + 2;
+    m.key = m.norm + kHead;
     m.scz = m.norm + C::kKeyBytes;  // the value block's norm (no zero)
-    m.code = m.scz + 2;
+    m.code = m.scz + kHead;
     m.kst = m.cst = m.mst = hpc * SLOT;
   } else {  // [16 tokens][hpc heads][slot]
     m.key = hl * SLOT;
@@ -376,12 +406,15 @@ struct Softmax32 {
   }
 };
 
+template <class C>
+using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTables>;
+
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8: every row stride and ring offset is
 // an immediate), or 0: a.hpc.
 template <class C, bool P, bool PK, int H>
-__global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::kD >= 256 ? 1 : 2)
-    decode_kernel(DecodeArgs a, DecodeTables t, const uint8_t* __restrict__ cache) {
+__global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2)
+    decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
   static_assert(!P || (Q::kMse && C::kValueBits == 4 && Q::kSlot == C::kIdxBytes + C::kValueCodeBytes + 6),
                 "plane layout: mse keys, 4-bit values, no pad byte");
@@ -389,6 +422,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
+  __shared__ __align__(8) uint2 slut[Q::kQjl ? 16 * 32 : 1];  // turbo4-qjl: sign nibble → ±1 halves (sign_frag)
   uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
@@ -524,10 +558,18 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
       const int row = i / kChunks, chunk = i % kChunks;
       const int e = Q::kSplitLut ? (chunk < 8 ? row & 63 : row >> 2) : row;
       // pair code → its two dims' centroids (turbo3: see turbo_pairs)
-      const int lo = Q::kTurbo && KB == 3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
-      const int hi = Q::kTurbo && KB == 3 ? (e >> 2 & 3) | (e >> 3 & 4) : e >> KB;
+      constexpr bool kT3 = Q::kTurbo && !Q::kQjl && KB == 3;
+      const int lo = kT3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
+      const int hi = kT3 ? (e >> 2 & 3) | (e >> 3 & 4) : e >> KB;
       const uint32_t v = dev::pack_half2(s_cen[lo], s_cen[hi]);
       *reinterpret_cast<uint4*>(lut + row * (Q::kLutRow / 4) + 4 * chunk) = make_uint4(v, v, v, v);
+    }
+  }
+  if constexpr (Q::kQjl) {  // row n: 32 lane copies of {±1 of bits 0, 1; ±1 of bits 2, 3} (half 0x3C00 = +1)
+    for (int i = tid; i < 16 * 32; i += nthreads) {
+      const uint32_t n = uint32_t(i) >> 5;
+      auto pm = [&](int bit) { return (n >> bit) & 1u ? 0x3c00u : 0xbc00u; };
+      slut[i] = make_uint2(pm(0) | pm(1) << 16, pm(2) | pm(3) << 16);
     }
   }
   // qf[0]: hi (PK: hi in columns 0–3, lo in 4–7); qf[1]: lo (G > 4)
@@ -536,6 +578,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   for (int n = 0; n < NQ; ++n)
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) qf[n][ks][0] = qf[n][ks][1] = 0u;
+  // turbo4-qjl: the fragments of q″ = R q′ (the QJL rotation of the rotated query), as qf
+  [[maybe_unused]] uint32_t q2f[Q::kQjl ? NQ : 1][Q::kQjl ? KS : 1][2] = {};
   // query head g (turbo: s1 · q, zero-padded to the block) in registers, element
   // lane + 32k: the FWHT across the warp (shuffles), then through qbuf into the
   // fragment order
@@ -549,27 +593,43 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = Q::kTurbo && (t.s2[k & 3] >> lane) & 1u ? -y[k] : y[k];
     __syncwarp();
     const bool mine = PK ? (r & 3) == g : r == g;
-    if (mine) {
+    auto frags = [&](uint32_t (&f)[NQ][KS][2], float scale) {  // qbuf · scale → f (this lane's head)
+      if (!mine) return;
       const bool lo_col = PK && r >= 4;
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {
         const int base = 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {  // u = 0: dims +0, +1 (b0); u = 1: dims +2, +3 (b1)
-          const float v0 = qbuf[base + 2 * u] * sc, v1 = qbuf[base + 2 * u + 1] * sc;
+          const float v0 = qbuf[base + 2 * u] * scale, v1 = qbuf[base + 2 * u + 1] * scale;
           const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
           const uint32_t hi = dev::pack_half2_raw(h0, h1);
           const uint32_t lo = dev::pack_half2(v0 - __half2float(h0), v1 - __half2float(h1));
           if constexpr (PK) {
-            qf[0][ks][u] = lo_col ? lo : hi;
+            f[0][ks][u] = lo_col ? lo : hi;
           } else {
-            qf[0][ks][u] = hi;
-            qf[NQ - 1][ks][u] = lo;
+            f[0][ks][u] = hi;
+            f[NQ - 1][ks][u] = lo;
           }
         }
       }
-    }
+    };
+    frags(qf, sc);
     __syncwarp();
+    if constexpr (Q::kQjl) {  // q″ = qs2 · H(qs1 · q′) / √128 per block (q′ = qbuf · sc)
+      float y2[D / 32];
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const bool neg = ((t.s2[k & 3] ^ t.qs1[k & 3]) >> lane) & 1u;  // qbuf's s2 sign and qs1
+        y2[k] = neg ? -y[k] : y[k];
+      }
+      block_fwht<Q::kTB>(y2, lane);
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = (t.qs2[k & 3] >> lane) & 1u ? -y2[k] : y2[k];
+      __syncwarp();
+      frags(q2f, sc * t.rot_scale);
+      __syncwarp();
+    }
   };
   auto s1_sign = [&](int k, float v) { return Q::kTurbo && (t.s1[k & 3] >> lane) & 1u ? -v : v; };
   if constexpr (PK) {
@@ -605,6 +665,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   const float nc_eps = 1e-16f * t.lut_scale * t.lut_scale;
   // wide: kLutAddr | 4·lane (the PRMT/LOP3 operand giving the entry address); else the lane's copy
   const uint32_t lut_lane = (Q::kWide ? kLutAddr : dev::smem_u32(lut)) + 4u * uint32_t(lane);
+  [[maybe_unused]] const uint32_t slut_lane = dev::smem_u32(slut) + 8u * uint32_t(lane);
+  // turbo4-qjl: score of the sign term → log2-domain logit: · norm · rnorm · κ · attn_scale · log2 e
+  [[maybe_unused]] float qjl_k = 0.f;
+  if constexpr (Q::kQjl) qjl_k = a.scale_log2 * t.qjl_scale;
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
   const RowMap rm = row_map<C, P>(hl, hpc);
@@ -614,6 +678,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
   float acc[D / 16][4];
 #pragma unroll
   for (int i = 0; i < D / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  [[maybe_unused]] float acc2[Q::kQjl ? D / 16 : 1][4] = {};  // turbo4-qjl: Σ P″ · (±1), rotated by R⁻¹ at the end
   Softmax32 sm;
   float zs[2] = {0.f, 0.f}, ps[2] = {0.f, 0.f};  // Σ p·zero, Σ p·scale (per-lane partials)
   int s = 0, sp = S - 1;            // stage of this iteration, of the previous one
@@ -640,6 +705,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 
       // ---- scores of both halves ----
       float sa[Q::kTB][2][NQ][4] = {};  // [turbo block][half][hi/lo set]
+      [[maybe_unused]] float sq[Q::kQjl ? Q::kTB : 1][2][NQ][4] = {};  // turbo4-qjl: q″ · (±1)
       [[maybe_unused]] float qa[2][4] = {}, qb[2][4] = {};  // Σc² (mse keys)
       const uint8_t* krow[2][2];
 #pragma unroll
@@ -665,6 +731,13 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             key_frag<C, P>(kw[h][1], h2, lut_lane, af[1], af[3]);
             dev::mma_16816(sa[tb][h][0], af, qf[0][ks][0], qf[0][ks][1]);
             if constexpr (!PK) dev::mma_16816(sa[tb][h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
+            if constexpr (Q::kQjl) {  // the sign nibble of k-step h2 (w[1]: the 8 dims' sign byte)
+              uint32_t zf[4];
+              sign_frag((kw[h][0][1] >> (4 * h2)) & 15u, slut_lane, zf[0], zf[2]);
+              sign_frag((kw[h][1][1] >> (4 * h2)) & 15u, slut_lane, zf[1], zf[3]);
+              dev::mma_16816(sq[tb][h][0], zf, q2f[0][ks][0], q2f[0][ks][1]);
+              if constexpr (!PK) dev::mma_16816(sq[tb][h][NQ - 1], zf, q2f[NQ - 1][ks][0], q2f[NQ - 1][ks][1]);
+            }
             if constexpr (Q::kMse && PK) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
               dev::mma_1688(qa[h], af[0], af[1], af[0]);  // columns: tokens 0–7
               dev::mma_1688(qb[h], af[0], af[1], af[1]);  // columns: tokens 8–15
@@ -680,6 +753,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         }
       }
       uint32_t pb[Q::kTB][2][NQ][2];  // P' fragments [turbo block][half][hi/lo set][b0/b1]
+      [[maybe_unused]] uint32_t pq[Q::kQjl ? Q::kTB : 1][2][NQ][2];  // turbo4-qjl: P″ fragments
       float alpha[2] = {1.f, 1.f};
       bool fast;  // no logit above the running maxima: α = 1, no rescale
       auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero (and Σ p·scale) by α
@@ -740,6 +814,21 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           x4[2] = v1 ? x4[2] * fr8 : -INFINITY;
           x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
         }
+        if constexpr (Q::kQjl) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b (norm, rnorm: bytes 0, 2 of block b)
+          const uint8_t* n0 = mb + rm.norm + r * rm.mst;
+#pragma unroll
+          for (int tb = 0; tb < Q::kTB; ++tb) {
+            const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
+            const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
+            const float k8 = qjl_k * ld_f16(nb + 8 * rm.mst) * ld_f16(nb + 8 * rm.mst + 2);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sq[tb][1][0][i] : sq[tb][0][0][i], 2);
+              const float e = (hi_lane ? sq[tb][0][0][i] : sq[tb][1][0][i]) + other;
+              x4[i] = (i < 2 ? v0 : v1) ? fmaf(e, i < 2 ? k0 : k8, x4[i]) : -INFINITY;
+            }
+          }
+        }
         fast = sm.try_keep_half(x4);
         if (!fast) {
           sm.update_half(x4, alpha);
@@ -758,8 +847,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         // Each lane splits its own P' into hi and lo, keeps the part its columns
         // hold and sends the other to lane p ^ 2 (whose columns hold that part of
         // this lane's half). own: this lane's half, oth: the partner's.
-        // Turbo block tb > 0 (d = 256): P' = p · that block's value norm.
-        auto p_frags = [&](int tb, const float (&pw)[4]) {
+        // Turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
+        // sign term: P″ = p · norm · κ · rnorm (into pq[tb]).
+        auto p_frags = [&](uint32_t (&dst)[2][NQ][2], const float (&pw)[4]) {
           uint32_t own[2], oth[2];
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
@@ -770,17 +860,27 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             own[j] = hi_lane ? hi : lo;
             oth[j] = __shfl_xor_sync(dev::kFull, hi_lane ? lo : hi, 2);
           }
-          pb[tb][0][0][0] = dev::movmatrix_trans(hi_lane ? own[0] : oth[0]);
-          pb[tb][0][0][1] = dev::movmatrix_trans(hi_lane ? own[1] : oth[1]);
-          pb[tb][1][0][0] = dev::movmatrix_trans(hi_lane ? oth[0] : own[0]);
-          pb[tb][1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
+          dst[0][0][0] = dev::movmatrix_trans(hi_lane ? own[0] : oth[0]);
+          dst[0][0][1] = dev::movmatrix_trans(hi_lane ? own[1] : oth[1]);
+          dst[1][0][0] = dev::movmatrix_trans(hi_lane ? oth[0] : own[0]);
+          dst[1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
         };
-        p_frags(0, pv);
+        p_frags(pb[0], pv);
         if constexpr (Q::kTB > 1) {
           const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
           const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
           const float pw[4] = {x4[0] * sb0, x4[1] * sb0, x4[2] * sb1, x4[3] * sb1};
-          p_frags(1, pw);
+          p_frags(pb[1], pw);
+        }
+        if constexpr (Q::kQjl) {
+#pragma unroll
+          for (int tb = 0; tb < Q::kTB; ++tb) {
+            const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
+            const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
+            const float k8 = v1 ? t.qjl_scale * ld_f16(fb + 8 * rm.mst) * ld_f16(fb + 8 * rm.mst + 2) : 0.f;
+            const float pw[4] = {x4[0] * k0, x4[1] * k0, x4[2] * k8, x4[3] * k8};
+            p_frags(pq[tb], pw);
+          }
         }
       } else {
         float x[2][4];
@@ -813,6 +913,18 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
           x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
           x[h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
+          if constexpr (Q::kQjl) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b
+#pragma unroll
+            for (int tb = 0; tb < Q::kTB; ++tb) {
+              const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
+              const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
+              const float k8 = qjl_k * ld_f16(nb + 8 * rm.mst) * ld_f16(nb + 8 * rm.mst + 2);
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                x[h][i] = (i < 2 ? v0 : v1) ? fmaf(sq[tb][h][0][i] + sq[tb][h][NQ - 1][i], i < 2 ? k0 : k8, x[h][i])
+                                            : -INFINITY;
+            }
+          }
         }
         fast = sm.try_keep(x);
         if (!fast) {
@@ -831,21 +943,32 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
             zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
             if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
           }
-          // turbo block tb > 0 (d = 256): P' = p · that block's value norm
-          auto p_frags = [&](int tb, const float (&pw)[4]) {
+          // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
+          // sign term: P″ = p · norm · κ · rnorm (into pq[tb])
+          auto p_frags = [&](uint32_t (&dst)[2][NQ][2], const float (&pw)[4]) {
             const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
             const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-            pb[tb][h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
-            pb[tb][h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
-            pb[tb][h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf01.x, pw[1] - pf01.y));
-            pb[tb][h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
+            dst[h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
+            dst[h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+            dst[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf01.x, pw[1] - pf01.y));
+            dst[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
           };
-          p_frags(0, pv);
+          p_frags(pb[0], pv);
           if constexpr (Q::kTB > 1) {
             const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
             const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
             const float pw[4] = {x[h][0] * sb0, x[h][1] * sb0, x[h][2] * sb1, x[h][3] * sb1};
-            p_frags(1, pw);
+            p_frags(pb[1], pw);
+          }
+          if constexpr (Q::kQjl) {
+#pragma unroll
+            for (int tb = 0; tb < Q::kTB; ++tb) {
+              const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
+              const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
+              const float k8 = v1 ? t.qjl_scale * ld_f16(fb + 8 * rm.mst) * ld_f16(fb + 8 * rm.mst + 2) : 0.f;
+              const float pw[4] = {x[h][0] * k0, x[h][1] * k0, x[h][2] * k8, x[h][3] * k8};
+              p_frags(pq[tb], pw);
+            }
           }
         }
       }
@@ -861,23 +984,29 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
           for (int i = 0; i < D / 16; ++i)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[i][j] *= alpha[j & 1];
+          if constexpr (Q::kQjl) {
+#pragma unroll
+            for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+              for (int j = 0; j < 4; ++j) acc2[i][j] *= alpha[j & 1];
+          }
         }
       }
-      // tb: the turbo block of the m-tile's dims (0 otherwise)
-      auto fold = [&](int tb, float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
+      // pf: the P' fragments for the m-tile's dims (pb[turbo block]; turbo4-qjl's sign term: pq[…])
+      auto fold = [&](const uint32_t (&pf)[2][NQ][2], float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
         if constexpr (kAccMma) {
 #pragma unroll
           for (int n = 0; n < NQ; ++n) {
-            dev::mma_16816(ac, a0, pb[tb][0][n][0], pb[tb][0][n][1]);
-            dev::mma_16816(ac, a1, pb[tb][1][n][0], pb[tb][1][n][1]);
+            dev::mma_16816(ac, a0, pf[0][n][0], pf[0][n][1]);
+            dev::mma_16816(ac, a1, pf[1][n][0], pf[1][n][1]);
           }
           return;
         }
         float tt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int n = 0; n < NQ; ++n) {
-          dev::mma_16816(tt, a0, pb[tb][0][n][0], pb[tb][0][n][1]);
-          dev::mma_16816(tt, a1, pb[tb][1][n][0], pb[tb][1][n][1]);
+          dev::mma_16816(tt, a0, pf[0][n][0], pf[0][n][1]);
+          dev::mma_16816(tt, a1, pf[1][n][0], pf[1][n][1]);
         }
         ac[0] = fmaf(ac[0], alpha[0], tt[0]);
         ac[1] = fmaf(ac[1], alpha[1], tt[1]);
@@ -902,20 +1031,33 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 #pragma unroll
         for (int w = 0; w < D / 32; ++w) {
           uint32_t x[2][4][2];  // [half][token 2p, 2p+1, 2p+8, 2p+9][byte e]
+          [[maybe_unused]] uint32_t z[Q::kQjl ? 2 : 1][4][2];  // turbo4-qjl: the ±1 of the same dims
 #pragma unroll
           for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-              uint32_t word;
               const uint8_t* vb = vp[h][u] + (w >> 2) * C::kTurboBlockBytes;  // block w / 4's qs (+ row)
               const int wl = w & 3;
-              if constexpr (C::kValueBits == 4) {
-                word = ld_u16(vb + 16 * wl);
-              } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vb: + r), turbo2: none
-                const uint8_t* sg = vb - r + 32 + (r >> 1) + 4 * wl;
-                word = turbo_pairs(ld_u8(vb + 8 * wl), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
+              if constexpr (Q::kQjl) {
+                // the 12 index bits of dims 4r + 32wl … +3 start at bit 12r + 96wl of the block's index
+                // stream (vb: no row offset), their sign bits are nibble r & 1 of byte r/2 + 4wl of the
+                // sign plane 48 bytes on
+                const uint8_t* cb = vb + ((3 * r) >> 1) + 12 * wl;
+                const uint32_t bits = (ld_u8(cb) | ld_u8(cb + 1) << 8) >> (4 * (r & 1));
+                x[h][u][0] = dev::lds_u32(lut_lane + ((bits & 63u) << 7));
+                x[h][u][1] = dev::lds_u32(lut_lane + (((bits >> 6) & 63u) << 7));
+                sign_frag((ld_u8(vb + 48 + (r >> 1) + 4 * wl) >> (4 * (r & 1))) & 15u, slut_lane, z[h][u][0],
+                          z[h][u][1]);
+              } else {
+                uint32_t word;
+                if constexpr (C::kValueBits == 4) {
+                  word = ld_u16(vb + 16 * wl);
+                } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vb: + r), turbo2: none
+                  const uint8_t* sg = vb - r + 32 + (r >> 1) + 4 * wl;
+                  word = turbo_pairs(ld_u8(vb + 8 * wl), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
+                }
+                key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
               }
-              key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
             }
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
@@ -927,7 +1069,17 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               af[h][2] = __byte_perm(x[h][2][e], x[h][3][e], 0x5410);
               af[h][3] = __byte_perm(x[h][2][e], x[h][3][e], 0x7632);
             }
-            fold(w / 4, acc[2 * w + e], af[0], af[1]);
+            fold(pb[w / 4], acc[2 * w + e], af[0], af[1]);
+            if constexpr (Q::kQjl) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                af[h][0] = __byte_perm(z[h][0][e], z[h][1][e], 0x5410);
+                af[h][1] = __byte_perm(z[h][0][e], z[h][1][e], 0x7632);
+                af[h][2] = __byte_perm(z[h][2][e], z[h][3][e], 0x5410);
+                af[h][3] = __byte_perm(z[h][2][e], z[h][3][e], 0x7632);
+              }
+              fold(pq[w / 4], acc2[2 * w + e], af[0], af[1]);
+            }
           }
         }
       } else if constexpr (C::kValueBits == 4) {
@@ -953,7 +1105,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
               af[h][2] = xcd & 0x000f000fu;
               af[h][3] = xcd & 0x00f000f0u;
             }
-            fold(0, acc[2 * w + m], af[0], af[1]);
+            fold(pb[0], acc[2 * w + m], af[0], af[1]);
           }
         }
       } else {
@@ -980,7 +1132,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
         for (int i = 0; i < D / 16; ++i) {
           const uint32_t a0[4] = {pair(0, 0, 2 * i), pair(0, 0, 2 * i + 1), pair(0, 2, 2 * i), pair(0, 2, 2 * i + 1)};
           const uint32_t a1[4] = {pair(1, 0, 2 * i), pair(1, 0, 2 * i + 1), pair(1, 2, 2 * i), pair(1, 2, 2 * i + 1)};
-          fold(0, acc[i], a0, a1);
+          fold(pb[0], acc[i], a0, a1);
         }
       }
     };
@@ -1011,6 +1163,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
     for (int i = 0; i < D / 16; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[i][j] += __shfl_xor_sync(dev::kFull, acc[i][j], 2);
+    if constexpr (Q::kQjl) {
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc2[i][j] += __shfl_xor_sync(dev::kFull, acc2[i][j], 2);
+    }
   }
   // Workspace row of query head qh_idx; parts == 1: the out row of sequence b = item (the
   // plan has one item per sequence then). Both from blockIdx.x (S2R) rather than from
@@ -1049,6 +1207,24 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || C::
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) y[k] = (t.s2[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
       __syncwarp();
+      if constexpr (Q::kQjl) {  // + α · R⁻¹(acc2 / Σp), R⁻¹ = qs1 · H(qs2 ·) / √128 per block (s2: as y)
+        if (p == g >> 1) {
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i) {
+            qbuf[Q::out_dim(r, i)] = (c ? acc2[i][1] : acc2[i][0]) * inv[c];
+            qbuf[Q::out_dim(r, i) + 1] = (c ? acc2[i][3] : acc2[i][2]) * inv[c];
+          }
+        }
+        __syncwarp();
+        float y2[D / 32];
+#pragma unroll
+        for (int k = 0; k < D / 32; ++k) y2[k] = (t.qs2[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
+        __syncwarp();
+        block_fwht<Q::kTB>(y2, lane);
+        const float ka = t.lut_scale * t.rot_scale;
+#pragma unroll
+        for (int k = 0; k < D / 32; ++k) y[k] = fmaf(((t.s2[k & 3] ^ t.qs1[k & 3]) >> lane) & 1u ? -ka : ka, y2[k], y[k]);
+      }
       block_fwht<Q::kTB>(y, lane);
       const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
       const int qh_idx = kvh * a.group + g;
@@ -1342,7 +1518,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
     // LUT (not wide), barriers, centroids
     const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
-    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + 8 * 2 * kMaxStages + 64;
+    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + (Q::kQjl ? 16 * 32 * 8 : 8) + 8 * 2 * kMaxStages + 64;
     plan_layout(cache.n_kv_heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
@@ -1371,14 +1547,17 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   if (plan.parts > 1 && !workspace) throw_error("paged_decode: the plan needs a workspace (plan.workspace_bytes)");
   if (p.blocks.batch > 65535 || plan.items < p.blocks.batch) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
   DecodeArgs a = make_decode_args(p, plan, workspace, f.head_dim, cache.block_size, cache.n_kv_heads);
-  DecodeTables t{};
+  DecodeTablesQjl t{};  // (the other kernels take its DecodeTables part)
   for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
   t.rot_scale = f.rot_scale;
   t.lut_scale = f.lut_scale;
   t.nc = f.norm_correction ? 1 : 0;
+  t.qjl_scale = f.qjl_scale;
   for (int w = 0; w < 4; ++w) {
     t.s1[w] = f.turbo_s1[w];
     t.s2[w] = f.turbo_s2[w];
+    t.qs1[w] = f.qjl_s1[w];
+    t.qs2[w] = f.qjl_s2[w];
   }
   dispatch_decode_format(f, [&](auto cfg) {
     using C = decltype(cfg);
@@ -1397,7 +1576,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     const bool planes = cache.layout == CacheLayout::planes;
     with_kernel<C>(planes, a.group, plan.heads_per_cta, plan.warps_per_head, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-      kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(a, t, cache.data);
+      kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(a, static_cast<const TablesFor<C>&>(t), cache.data);
       TQ_CUDA_CHECK(cudaGetLastError());
     });
   });

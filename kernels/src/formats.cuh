@@ -63,7 +63,7 @@ inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
   throw_error("GPU kernels: no kernel instantiated for this key/value codec combination");
 }
 
-// The subset the paged decode kernel implements (the vLLM presets, turbo2/3/4).
+// The subset the paged decode kernel implements (the vLLM presets, turbo2/3/4, turbo4-qjl).
 template <class Fn>
 inline void dispatch_decode_format(const KernelFormat& f, Fn&& fn) {
   const int d = f.head_dim;
@@ -79,8 +79,10 @@ inline void dispatch_decode_format(const KernelFormat& f, Fn&& fn) {
     if (f.key_bits == 3) return dispatch_head_dim<KeyKind::turbo, 3, ValueKind::turbo, 3>(d, fn);
     if (f.key_bits == 2) return dispatch_head_dim<KeyKind::turbo, 2, ValueKind::turbo, 2>(d, fn);
   }
+  if (f.key == KeyKind::turbo_qjl && f.value == ValueKind::turbo_qjl && f.key_bits == 3)
+    return dispatch_head_dim<KeyKind::turbo_qjl, 3, ValueKind::turbo_qjl, 3>(d, fn);
   throw_error("paged decode: no kernel for this key/value codec combination (decode implements mse4+u4, mse3+u4, "
-              "mse3+u3 and fp8+u4 — the turboquant_* presets — and turbo2/turbo3/turbo4)");
+              "mse3+u3 and fp8+u4 — the turboquant_* presets — and turbo2/turbo3/turbo4/turbo4-qjl)");
 }
 
 }  // namespace tq::cuda

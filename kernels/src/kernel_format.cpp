@@ -132,10 +132,8 @@ KernelFormat kernel_format(const KvFormat& f) {
 }
 
 std::string decode_support(const KernelFormat& f) {
-  if (f.key == KeyKind::turbo_qjl)
-    return fmt::format("format '{}': turbo4-qjl blocks have no decode kernel (store and dequant only; the paged "
-                       "decode takes turbo2/turbo3/turbo4)", f.name);
-  if (f.key == KeyKind::turbo) return {};  // turbo2/3/4: one block per head (d = 64, 128) or two (256)
+  // turbo2/3/4 and turbo4-qjl: one block per head (d = 64, 128) or two (256)
+  if (f.key == KeyKind::turbo || f.key == KeyKind::turbo_qjl) return {};
   const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||
                                              (f.key_bits == 3 && (f.value_bits == 4 || f.value_bits == 3)))) ||
                   (f.key == KeyKind::fp8 && f.value_bits == 4);

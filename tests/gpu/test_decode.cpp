@@ -235,7 +235,8 @@ double run_decode(const DecodeCase& c,
 }
 
 const std::vector<std::string> kDecodeFormats = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-                                                 "turboquant_k8v4", "turbo2", "turbo3", "turbo4", "f16"};
+                                                 "turboquant_k8v4", "turbo2", "turbo3", "turbo4", "turbo4-qjl",
+                                                 "f16"};
 const std::vector<int> kRagged = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4097};
 
 }  // namespace
@@ -349,11 +350,11 @@ TEST_CASE("decode: head dims 64 and 256, block sizes 32..128", "[decode]") {
 // (the score is norm0 · block 0's dot + norm1 · block 1's; P' takes each block's value norm).
 // Group sizes 1, 4 (packed query columns) and 8, one kv head with 8 query heads, fixed
 // splits, and a 32K sequence.
-TEST_CASE("decode: turbo2/turbo3/turbo4 at head_dim 256 (two blocks per head)", "[decode]") {
+TEST_CASE("decode: turbo2/turbo3/turbo4/turbo4-qjl at head_dim 256 (two blocks per head)", "[decode]") {
   struct H {
     int hq, hkv;
   };
-  for (const std::string fmt : {"turbo2", "turbo3", "turbo4"}) {
+  for (const std::string fmt : {"turbo2", "turbo3", "turbo4", "turbo4-qjl"}) {
     for (const H h : {H{8, 8}, H{32, 8}, H{64, 8}, H{8, 1}}) {
       DecodeCase c;
       c.fmt = fmt;
@@ -385,7 +386,7 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8 and head layouts", "[decode]") {
   // (16,16) two head groups (segmented copies); (64,8) G=8.
   for (const auto& fmt :
        {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo2"), std::string("turbo3"),
-        std::string("turbo4"), std::string("f16")})
+        std::string("turbo4"), std::string("turbo4-qjl"), std::string("f16")})
     for (const H h : {H{8, 8}, H{32, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
       DecodeCase c;
       c.fmt = fmt;
@@ -662,12 +663,8 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   REQUIRE(tq::cuda::decode_can_implement(t3, pt, p256).empty());
   pt.slot_bytes = t3.slot_bytes - 2;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(t3, pt, p256), Contains("slot_bytes " + std::to_string(t3.slot_bytes - 2)));
-  // turbo4-qjl: store and dequant kernels, no decode kernel — plan and launch refuse it by name
-  const auto qjl = tq::cuda::kernel_format(tq::make_format("turbo4-qjl", 128));
-  tq::cuda::PagedCache pq{cache.as<uint8_t>(), 4, 16, 2, qjl.slot_bytes};
-  REQUIRE_THAT(tq::cuda::decode_support(qjl), Contains("turbo4-qjl blocks have no decode kernel"));
-  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(qjl, pq, p), Contains("turbo4-qjl blocks have no decode kernel"));
-  REQUIRE_THROWS_WITH(tq::cuda::paged_decode(qjl, pq, p, DecodePlan{}, nullptr), Contains("turbo4-qjl"));
+  const auto qjl = tq::cuda::kernel_format(tq::make_format("turbo4-qjl", 128));  // decoded too
+  REQUIRE(tq::cuda::decode_support(qjl).empty());
   tq::cuda::StoreParams sp;
   sp.num_tokens = 5;
   sp.cache = pc;

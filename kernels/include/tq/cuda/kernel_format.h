@@ -63,8 +63,8 @@ struct KernelFormat {
 KernelFormat kernel_format(const KvFormat& format);
 
 // Whether the paged decode kernel handles this format (the presets and mse/fp8 +
-// u3/u4 specs it instantiates; turbo2/turbo3/turbo4; not turbo4-qjl, which has store and
-// dequant kernels only). Empty string = yes; otherwise the reason.
+// u3/u4 specs it instantiates; turbo2/turbo3/turbo4, turbo4-qjl). Empty string = yes;
+// otherwise the reason.
 std::string decode_support(const KernelFormat& f);
 
 // Whether the store and decode kernels handle this format in the plane layout
