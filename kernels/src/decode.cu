@@ -1195,31 +1195,25 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
     const float osc = t.rot_scale / t.lut_scale;
     for (int g = 0; g < a.group; ++g) {
       const int c = g & 1;
-      if (p == g >> 1) {  // packed: g < 4, the hi lanes (which now hold hi + lo)
-#pragma unroll
-        for (int i = 0; i < D / 16; ++i) {
-          qbuf[Q::out_dim(r, i)] = (c ? acc[i][1] : acc[i][0]) * inv[c];
-          qbuf[Q::out_dim(r, i) + 1] = (c ? acc[i][3] : acc[i][2]) * inv[c];
-        }
-      }
-      __syncwarp();
-      float y[D / 32];
-#pragma unroll
-      for (int k = 0; k < D / 32; ++k) y[k] = (t.s2[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
-      __syncwarp();
-      if constexpr (Q::kQjl) {  // + α · R⁻¹(acc2 / Σp), R⁻¹ = qs1 · H(qs2 ·) / √128 per block (s2: as y)
-        if (p == g >> 1) {
+      // head g's column of ac / Σp → y (element lane + 32k), through qbuf, signs sg applied
+      auto gather = [&](const float (&ac)[D / 16][4], const uint32_t (&sg)[4], float (&y)[D / 32]) {
+        if (p == g >> 1) {  // packed: g < 4, the hi lanes (which now hold hi + lo)
 #pragma unroll
           for (int i = 0; i < D / 16; ++i) {
-            qbuf[Q::out_dim(r, i)] = (c ? acc2[i][1] : acc2[i][0]) * inv[c];
-            qbuf[Q::out_dim(r, i) + 1] = (c ? acc2[i][3] : acc2[i][2]) * inv[c];
+            qbuf[Q::out_dim(r, i)] = (c ? ac[i][1] : ac[i][0]) * inv[c];
+            qbuf[Q::out_dim(r, i) + 1] = (c ? ac[i][3] : ac[i][2]) * inv[c];
           }
         }
         __syncwarp();
-        float y2[D / 32];
 #pragma unroll
-        for (int k = 0; k < D / 32; ++k) y2[k] = (t.qs2[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
+        for (int k = 0; k < D / 32; ++k) y[k] = (sg[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
         __syncwarp();
+      };
+      float y[D / 32];
+      gather(acc, t.s2, y);
+      if constexpr (Q::kQjl) {  // + α · R⁻¹(acc2 / Σp), R⁻¹ = qs1 · H(qs2 ·) / √128 per block (s2: as y)
+        float y2[D / 32];
+        gather(acc2, t.qs2, y2);
         block_fwht<Q::kTB>(y2, lane);
         const float ka = t.lut_scale * t.rot_scale;
 #pragma unroll

@@ -549,80 +549,99 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
   cudaStreamDestroy(s);
 }
 
-TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[dequant]") {
+namespace {
+
+// dequant_paged of a store_kv-filled cache (fp16 and bf16, 16- and 2-byte aligned outputs) ==
+// the CPU decoder's output rounded to the type, bit for bit; rows between sequences stay
+// poisoned. bad_dtype: also an output type the kernel does not have, refused by name.
+void check_dequant_bitexact(const std::string& fmt, int d, int hkv, int bs, uint64_t seed, bool bad_dtype = false) {
   using tq::cuda::DequantDtype;
+  DecodeCase c;
+  c.fmt = fmt;
+  c.d = d;
+  c.hkv = hkv;
+  c.bs = bs;
+  c.lens = {1, 16, 17, 250};
+  INFO(fmt << " d=" << d << " kv heads " << c.hkv << " block size " << c.bs);
+  tq::Rng rng(seed);
+  Filled F = fill_cache(c, rng);
+  const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
+  // output rows: sequence b starts at first[b] + 3b, leaving 3 poisoned rows between sequences
+  std::vector<int32_t> offs(size_t(F.pg.batch));
+  for (int b = 0; b < F.pg.batch; ++b) offs[size_t(b)] = int32_t(F.first[size_t(b)] + 3 * b);
+  const size_t rows = size_t(F.pg.total_tokens + 3 * F.pg.batch);
+  const size_t n = rows * c.hkv * d;
+  DevMem doffs(offs.size() * 4), ko(n * 2 + 16), vo(n * 2 + 16);
+  doffs.upload(offs);
+  // sh: output offset in elements; 0 keeps K/V 16-byte aligned (16-byte stores), 1 makes them
+  // 2-byte aligned (2-byte stores)
+  auto params = [&](DequantDtype dt, size_t sh) {
+    tq::cuda::DequantParams p;
+    p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
+    p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
+    p.out_offsets = doffs.as<int32_t>();
+    p.k_out = static_cast<uint16_t*>(ko.as()) + sh;
+    p.v_out = static_cast<uint16_t*>(vo.as()) + sh;
+    p.max_seq_len = F.pg.max_len;
+    p.dtype = dt;
+    return p;
+  };
+  for (const int pass : {0, 1, 2, 3}) {
+    const DequantDtype dt = pass & 1 ? DequantDtype::bf16 : DequantDtype::f16;
+    const bool bf = dt == DequantDtype::bf16;
+    const size_t sh = pass >= 2 ? 1 : 0;
+    ko.fill(0xff);
+    vo.fill(0xff);
+    tq::cuda::dequant_paged(kf, params(dt, sh));
+    device_sync();
+    const auto kg = ko.download<uint16_t>(n + sh), vg = vo.download<uint16_t>(n + sh);
+    auto want = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
+    std::vector<uint8_t> written(rows, 0);
+    for (int b = 0; b < F.pg.batch; ++b)
+      for (int t = 0; t < F.pg.lens[size_t(b)]; ++t) {
+        written[size_t(offs[size_t(b)] + t)] = 1;
+        for (int h = 0; h < c.hkv; ++h)
+          for (int j = 0; j < d; ++j) {
+            const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
+            const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
+            INFO((bf ? "bf16" : "fp16") << (sh ? " unaligned" : "") << " sequence " << b << " position " << t
+                                        << " head " << h << " dim " << j);
+            REQUIRE(kg[sh + dst] == want(F.k[src]));
+            REQUIRE(vg[sh + dst] == want(F.v[src]));
+          }
+      }
+    for (size_t r = 0; r < rows; ++r)
+      if (!written[r])
+        for (size_t i = 0; i < size_t(c.hkv) * d; ++i) {
+          REQUIRE(kg[sh + r * c.hkv * d + i] == 0xffff);
+          REQUIRE(vg[sh + r * c.hkv * d + i] == 0xffff);
+        }
+  }
+  if (bad_dtype)
+    REQUIRE_THROWS_WITH(tq::cuda::dequant_paged(kf, params(static_cast<DequantDtype>(7), 0)),
+                        Catch::Matchers::Contains("unknown output dtype 7"));
+}
+
+}  // namespace
+
+TEST_CASE("dequant: fp16 and bf16 K and V equal the CPU decoder bit for bit", "[dequant]") {
   uint64_t seed = 40;
-  for (const std::string fmt :
-       {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4", "turbo2", "turbo3", "turbo4"})
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4",
+                                "turbo2", "turbo3", "turbo4", "turbo4-qjl"})
     for (int d : {64, 128, 256}) {
-      // block sizes and kv-head counts vary over the 21 cases: a warp of the quad kernel takes
+      // block sizes and kv-head counts vary over the cases: a warp of the quad kernel takes
       // 8 consecutive token-heads, so with 1, 2 or 3 heads its rows span tokens (and pages)
       const int k = int(seed - 40);
-      DecodeCase c;
-      c.fmt = fmt;
-      c.d = d;
-      c.hkv = std::array{2, 1, 3, 8}[size_t(k % 4)];
-      c.bs = std::array{16, 32, 64, 128}[size_t(k / 4 % 4)];
-      c.lens = {1, 16, 17, 250};
-      INFO(fmt << " d=" << d << " kv heads " << c.hkv << " block size " << c.bs);
-      tq::Rng rng(seed++);
-      Filled F = fill_cache(c, rng);
-      const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
-      // output rows: sequence b starts at first[b] + 3b, leaving 3 poisoned rows between sequences
-      std::vector<int32_t> offs(size_t(F.pg.batch));
-      for (int b = 0; b < F.pg.batch; ++b) offs[size_t(b)] = int32_t(F.first[size_t(b)] + 3 * b);
-      const size_t rows = size_t(F.pg.total_tokens + 3 * F.pg.batch);
-      const size_t n = rows * c.hkv * d;
-      DevMem doffs(offs.size() * 4), ko(n * 2 + 16), vo(n * 2 + 16);
-      doffs.upload(offs);
-      // sh: output offset in elements; 0 keeps K/V 16-byte aligned (16-byte stores), 1 makes them
-      // 2-byte aligned (2-byte stores)
-      auto params = [&](DequantDtype dt, size_t sh) {
-        tq::cuda::DequantParams p;
-        p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
-        p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
-        p.out_offsets = doffs.as<int32_t>();
-        p.k_out = static_cast<uint16_t*>(ko.as()) + sh;
-        p.v_out = static_cast<uint16_t*>(vo.as()) + sh;
-        p.max_seq_len = F.pg.max_len;
-        p.dtype = dt;
-        return p;
-      };
-      for (const int pass : {0, 1, 2, 3}) {
-        const DequantDtype dt = pass & 1 ? DequantDtype::bf16 : DequantDtype::f16;
-        const bool bf = dt == DequantDtype::bf16;
-        const size_t sh = pass >= 2 ? 1 : 0;
-        ko.fill(0xff);
-        vo.fill(0xff);
-        tq::cuda::dequant_paged(kf, params(dt, sh));
-        device_sync();
-        const auto kg = ko.download<uint16_t>(n + sh), vg = vo.download<uint16_t>(n + sh);
-        auto want = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
-        std::vector<uint8_t> written(rows, 0);
-        for (int b = 0; b < F.pg.batch; ++b)
-          for (int t = 0; t < F.pg.lens[size_t(b)]; ++t) {
-            written[size_t(offs[size_t(b)] + t)] = 1;
-            for (int h = 0; h < c.hkv; ++h)
-              for (int j = 0; j < d; ++j) {
-                const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
-                const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
-                INFO((bf ? "bf16" : "fp16") << (sh ? " unaligned" : "") << " sequence " << b << " position " << t
-                                            << " head " << h << " dim " << j);
-                REQUIRE(kg[sh + dst] == want(F.k[src]));
-                REQUIRE(vg[sh + dst] == want(F.v[src]));
-              }
-          }
-        for (size_t r = 0; r < rows; ++r)
-          if (!written[r])
-            for (size_t i = 0; i < size_t(c.hkv) * d; ++i) {
-              REQUIRE(kg[sh + r * c.hkv * d + i] == 0xffff);
-              REQUIRE(vg[sh + r * c.hkv * d + i] == 0xffff);
-            }
-      }
-      if (fmt == "turbo4" && d == 256)  // (once) an output type the kernel does not have: refused by name
-        REQUIRE_THROWS_WITH(tq::cuda::dequant_paged(kf, params(static_cast<DequantDtype>(7), 0)),
-                            Catch::Matchers::Contains("unknown output dtype 7"));
+      check_dequant_bitexact(fmt, d, std::array{2, 1, 3, 8}[size_t(k % 4)], std::array{16, 32, 64, 128}[size_t(k / 4 % 4)],
+                             seed, fmt == "turbo4" && d == 256);
+      ++seed;
     }
+}
+
+TEST_CASE("dequant: quick subset", "[dequant][quick]") {
+  check_dequant_bitexact("turboquant_4bit_nc", 128, 2, 16, 150);
+  check_dequant_bitexact("turbo4-qjl", 128, 2, 16, 151);
+  check_dequant_bitexact("turbo4-qjl", 64, 3, 32, 152);
 }
 
 TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[api][quick]") {
@@ -671,83 +690,3 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   REQUIRE_THROWS_WITH(tq::cuda::store_kv(kf, sp), Contains("null"));
 }
 
-// ==== turbo4-qjl: paged dequant (its store is in test_store.cpp; the paged decode refuses it) ====
-// Kept apart from the dequant test above, whose loop body check_dequant_bitexact repeats for one
-// case (that test could call it once both are merged).
-namespace {
-
-// dequant_paged of a store_kv-filled cache (fp16 and bf16, 16- and 2-byte aligned outputs) ==
-// the CPU decoder's output rounded to the type, bit for bit; rows between sequences stay poisoned.
-void check_dequant_bitexact(const std::string& fmt, int d, int hkv, int bs, uint64_t seed) {
-  using tq::cuda::DequantDtype;
-  DecodeCase c;
-  c.fmt = fmt;
-  c.d = d;
-  c.hkv = hkv;
-  c.bs = bs;
-  c.lens = {1, 16, 17, 250};
-  INFO(fmt << " d=" << d << " kv heads " << c.hkv << " block size " << c.bs);
-  tq::Rng rng(seed);
-  Filled F = fill_cache(c, rng);
-  const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(tq::make_format(fmt, d));
-  std::vector<int32_t> offs(size_t(F.pg.batch));
-  for (int b = 0; b < F.pg.batch; ++b) offs[size_t(b)] = int32_t(F.first[size_t(b)] + 3 * b);
-  const size_t rows = size_t(F.pg.total_tokens + 3 * F.pg.batch);
-  const size_t n = rows * c.hkv * d;
-  DevMem doffs(offs.size() * 4), ko(n * 2 + 16), vo(n * 2 + 16);
-  doffs.upload(offs);
-  for (const int pass : {0, 1, 2, 3}) {
-    const DequantDtype dt = pass & 1 ? DequantDtype::bf16 : DequantDtype::f16;
-    const bool bf = dt == DequantDtype::bf16;
-    const size_t sh = pass >= 2 ? 1 : 0;  // 1: outputs 2-byte aligned (2-byte stores)
-    tq::cuda::DequantParams p;
-    p.cache = {F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes};
-    p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
-    p.out_offsets = doffs.as<int32_t>();
-    p.k_out = static_cast<uint16_t*>(ko.as()) + sh;
-    p.v_out = static_cast<uint16_t*>(vo.as()) + sh;
-    p.max_seq_len = F.pg.max_len;
-    p.dtype = dt;
-    ko.fill(0xff);
-    vo.fill(0xff);
-    tq::cuda::dequant_paged(kf, p);
-    device_sync();
-    const auto kg = ko.download<uint16_t>(n + sh), vg = vo.download<uint16_t>(n + sh);
-    auto want = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
-    std::vector<uint8_t> written(rows, 0);
-    for (int b = 0; b < F.pg.batch; ++b)
-      for (int t = 0; t < F.pg.lens[size_t(b)]; ++t) {
-        written[size_t(offs[size_t(b)] + t)] = 1;
-        for (int h = 0; h < c.hkv; ++h)
-          for (int j = 0; j < d; ++j) {
-            const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
-            const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
-            INFO((bf ? "bf16" : "fp16") << (sh ? " unaligned" : "") << " sequence " << b << " position " << t
-                                        << " head " << h << " dim " << j);
-            REQUIRE(kg[sh + dst] == want(F.k[src]));
-            REQUIRE(vg[sh + dst] == want(F.v[src]));
-          }
-      }
-    for (size_t r = 0; r < rows; ++r)
-      if (!written[r])
-        for (size_t i = 0; i < size_t(c.hkv) * d; ++i) {
-          REQUIRE(kg[sh + r * c.hkv * d + i] == 0xffff);
-          REQUIRE(vg[sh + r * c.hkv * d + i] == 0xffff);
-        }
-  }
-}
-
-}  // namespace
-
-TEST_CASE("dequant: turbo4-qjl fp16 and bf16 K and V equal the CPU decoder bit for bit", "[dequant]") {
-  uint64_t seed = 140;
-  for (int d : {64, 128, 256})
-    for (const auto& [hkv, bs] : {std::pair{2, 16}, std::pair{1, 32}, std::pair{3, 64}, std::pair{8, 128}})
-      check_dequant_bitexact("turbo4-qjl", d, hkv, bs, seed++);
-}
-
-TEST_CASE("dequant: turbo4-qjl quick subset", "[dequant][quick]") {
-  check_dequant_bitexact("turbo4-qjl", 128, 2, 16, 150);
-  check_dequant_bitexact("turbo4-qjl", 64, 3, 32, 151);
-}
-// ==== end turbo4-qjl ====
