@@ -765,6 +765,27 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       };
       // token row (0 … 31 of the sub-tile) in range; always in a full sub-tile
       auto valid = [&](int row) { return kFullTile || row < nvalid; };
+      // The P' fragments beyond pb[0] from the sub-tile's p (xs: tokens r, r, r+8, r+8; f0: token
+      // r's value block): turbo block 1 (d = 256) into pb[1] with that block's value norm, and
+      // turbo4-qjl's sign term P″ = p · norm · κ · rnorm into pq[tb]; frags: the path's builder.
+      [[maybe_unused]] auto turbo_frags = [&](const float (&xs)[4], const uint8_t* f0, bool v0, bool v1, auto&& frags) {
+        if constexpr (Q::kTB > 1) {
+          const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
+          const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
+          const float pw[4] = {xs[0] * sb0, xs[1] * sb0, xs[2] * sb1, xs[3] * sb1};
+          frags(pb[1], pw);
+        }
+        if constexpr (Q::kQjl) {
+#pragma unroll
+          for (int tb = 0; tb < Q::kTB; ++tb) {
+            const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
+            const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
+            const float k8 = v1 ? t.qjl_scale * ld_f16(fb + 8 * rm.mst) * ld_f16(fb + 8 * rm.mst + 2) : 0.f;
+            const float pw[4] = {xs[0] * k0, xs[1] * k0, xs[2] * k8, xs[3] * k8};
+            frags(pq[tb], pw);
+          }
+        }
+      };
       if constexpr (PK) {
         // Lanes p < 2 finish half 0, lanes p ≥ 2 half 1 (same query heads 2(p&1), 2(p&1)+1):
         // each sends the partner the partial scores of the partner's half (hi + lo columns)
@@ -866,22 +887,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
           dst[1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
         };
         p_frags(pb[0], pv);
-        if constexpr (Q::kTB > 1) {
-          const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
-          const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
-          const float pw[4] = {x4[0] * sb0, x4[1] * sb0, x4[2] * sb1, x4[3] * sb1};
-          p_frags(pb[1], pw);
-        }
-        if constexpr (Q::kQjl) {
-#pragma unroll
-          for (int tb = 0; tb < Q::kTB; ++tb) {
-            const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
-            const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
-            const float k8 = v1 ? t.qjl_scale * ld_f16(fb + 8 * rm.mst) * ld_f16(fb + 8 * rm.mst + 2) : 0.f;
-            const float pw[4] = {x4[0] * k0, x4[1] * k0, x4[2] * k8, x4[3] * k8};
-            p_frags(pq[tb], pw);
-          }
-        }
+        turbo_frags(x4, f0, v0, v1, p_frags);
       } else {
         float x[2][4];
 #pragma unroll
@@ -954,22 +960,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
             dst[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
           };
           p_frags(pb[0], pv);
-          if constexpr (Q::kTB > 1) {
-            const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
-            const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
-            const float pw[4] = {x[h][0] * sb0, x[h][1] * sb0, x[h][2] * sb1, x[h][3] * sb1};
-            p_frags(pb[1], pw);
-          }
-          if constexpr (Q::kQjl) {
-#pragma unroll
-            for (int tb = 0; tb < Q::kTB; ++tb) {
-              const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
-              const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
-              const float k8 = v1 ? t.qjl_scale * ld_f16(fb + 8 * rm.mst) * ld_f16(fb + 8 * rm.mst + 2) : 0.f;
-              const float pw[4] = {x[h][0] * k0, x[h][1] * k0, x[h][2] * k8, x[h][3] * k8};
-              p_frags(pq[tb], pw);
-            }
-          }
+          turbo_frags(x[h], f0, v0, v1, p_frags);
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' ----
