@@ -813,18 +813,18 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
           }
         }
         const bool v0 = valid(16 * mh + r), v1 = valid(16 * mh + r + 8);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[0][1][0][i] : sa[0][0][0][i], 2);
-          x4[i] = (hi_lane ? sa[0][0][0][i] : sa[0][1][0][i]) + other;
-        }
-        if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's
-          float y4[4];
+        // this lane's half of a [half][set][4] score array: its own partial sums plus the partner's
+        auto mine_half = [&](const float (&sc)[2][NQ][4], float (&out)[4]) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sa[1][1][0][i] : sa[1][0][0][i], 2);
-            y4[i] = (hi_lane ? sa[1][0][0][i] : sa[1][1][0][i]) + other;
+            const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sc[1][0][i] : sc[0][0][i], 2);
+            out[i] = (hi_lane ? sc[0][0][i] : sc[1][0][i]) + other;
           }
+        };
+        mine_half(sa[0], x4);
+        if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's
+          float y4[4];
+          mine_half(sa[1], y4);
           x4[0] = v0 ? fmaf(y4[0], frb, x4[0] * fr) : -INFINITY;
           x4[1] = v0 ? fmaf(y4[1], frb, x4[1] * fr) : -INFINITY;
           x4[2] = v1 ? fmaf(y4[2], frb8, x4[2] * fr8) : -INFINITY;
@@ -842,12 +842,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
             const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
             const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
             const float k8 = qjl_k * ld_f16(nb + 8 * rm.mst) * ld_f16(nb + 8 * rm.mst + 2);
+            float e4[4];
+            mine_half(sq[tb], e4);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sq[tb][1][0][i] : sq[tb][0][0][i], 2);
-              const float e = (hi_lane ? sq[tb][0][0][i] : sq[tb][1][0][i]) + other;
-              x4[i] = (i < 2 ? v0 : v1) ? fmaf(e, i < 2 ? k0 : k8, x4[i]) : -INFINITY;
-            }
+            for (int i = 0; i < 4; ++i) x4[i] = (i < 2 ? v0 : v1) ? fmaf(e4[i], i < 2 ? k0 : k8, x4[i]) : -INFINITY;
           }
         }
         fast = sm.try_keep_half(x4);
@@ -1050,25 +1048,23 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
                 key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
               }
             }
+          // pair e of the four tokens' halves v[h][u][e] → the A registers of m-tile 2w + e
+          auto pair_a = [&](const uint32_t (&v)[2][4][2], int e, uint32_t (&af)[2][4]) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              af[h][0] = __byte_perm(v[h][0][e], v[h][1][e], 0x5410);
+              af[h][1] = __byte_perm(v[h][0][e], v[h][1][e], 0x7632);
+              af[h][2] = __byte_perm(v[h][2][e], v[h][3][e], 0x5410);
+              af[h][3] = __byte_perm(v[h][2][e], v[h][3][e], 0x7632);
+            }
+          };
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             uint32_t af[2][4];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              af[h][0] = __byte_perm(x[h][0][e], x[h][1][e], 0x5410);
-              af[h][1] = __byte_perm(x[h][0][e], x[h][1][e], 0x7632);
-              af[h][2] = __byte_perm(x[h][2][e], x[h][3][e], 0x5410);
-              af[h][3] = __byte_perm(x[h][2][e], x[h][3][e], 0x7632);
-            }
+            pair_a(x, e, af);
             fold(pb[w / 4], acc[2 * w + e], af[0], af[1]);
             if constexpr (Q::kQjl) {
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                af[h][0] = __byte_perm(z[h][0][e], z[h][1][e], 0x5410);
-                af[h][1] = __byte_perm(z[h][0][e], z[h][1][e], 0x7632);
-                af[h][2] = __byte_perm(z[h][2][e], z[h][3][e], 0x5410);
-                af[h][3] = __byte_perm(z[h][2][e], z[h][3][e], 0x7632);
-              }
+              pair_a(z, e, af);
               fold(pq[w / 4], acc2[2 * w + e], af[0], af[1]);
             }
           }
