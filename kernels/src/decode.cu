@@ -137,6 +137,10 @@ struct QCfg {
   // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
+  // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise: the
+  // ALU form measured 7–11% faster at d = 128 and 256 (fewer shared-memory loads, ~10 per 4
+  // dims before) and 15% slower at d = 64 (kernels.md run 26e)
+  static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
   static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
   static constexpr int kLutRow = kWide ? 256 : 128;
@@ -282,13 +286,21 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
   }
 }
 
-// turbo4-qjl: the ±1 halves of 4 dims (nibble bits 0–3: sign 1 = +1) from the lane's copy of
-// the 16-entry sign LUT (8-byte entries, 32 lane copies per 256-byte row: conflict-free):
-// lo = dims 0, 1, hi = dims 2, 3.
-__device__ __forceinline__ void sign_frag(uint32_t nibble, uint32_t slut_lane, uint32_t& lo, uint32_t& hi) {
-  const uint2 v = dev::lds_u64(slut_lane + (nibble << 8));
-  lo = v.x;
-  hi = v.y;
+// turbo4-qjl: the ±1 halves of 4 dims from their sign bits s … s+3 of w (bit set = +1):
+// lo = dims 0, 1, hi = dims 2, 3. LUT (QCfg::kSignLut): from the lane's copy of a 16-entry
+// shared LUT (8-byte entries, 32 lane copies per 256-byte row: conflict-free), one LDS.64;
+// else on the ALU: −1 (0xBC00) with its sign bit flipped by the dim's bit.
+template <bool LUT>
+__device__ __forceinline__ void sign_frag(uint32_t w, int s, uint32_t slut_lane, uint32_t& lo, uint32_t& hi) {
+  if constexpr (LUT) {
+    const uint2 v = dev::lds_u64(slut_lane + (((w >> s) & 15u) << 8));
+    lo = v.x;
+    hi = v.y;
+  } else {
+    const uint32_t x = w >> s;
+    lo = 0xbc00bc00u ^ ((x << 15) & 0x8000u) ^ ((x << 30) & 0x80000000u);
+    hi = 0xbc00bc00u ^ ((x << 13) & 0x8000u) ^ ((x << 28) & 0x80000000u);
+  }
 }
 
 // 0x3C00 | c << 6 is the half 1 + c/16 (c < 16): codes in bits [0,4) and [16,20) of x.
@@ -422,8 +434,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
-  __shared__ __align__(8) uint2 slut[Q::kQjl ? 16 * 32 : 1];  // turbo4-qjl: sign nibble → ±1 halves (sign_frag)
   uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
+  __shared__ __align__(8) uint2 slut[Q::kSignLut ? 16 * 32 : 1];  // sign nibble → ±1 halves (sign_frag)
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int hpc = H ? H : a.hpc, wph = H ? Q::kCtaWarps / H : a.wph;
@@ -565,7 +577,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       *reinterpret_cast<uint4*>(lut + row * (Q::kLutRow / 4) + 4 * chunk) = make_uint4(v, v, v, v);
     }
   }
-  if constexpr (Q::kQjl) {  // row n: 32 lane copies of {±1 of bits 0, 1; ±1 of bits 2, 3} (half 0x3C00 = +1)
+  if constexpr (Q::kSignLut) {  // row n: 32 lane copies of {±1 of bits 0, 1; ±1 of bits 2, 3} (half 0x3C00 = +1)
     for (int i = tid; i < 16 * 32; i += nthreads) {
       const uint32_t n = uint32_t(i) >> 5;
       auto pm = [&](int bit) { return (n >> bit) & 1u ? 0x3c00u : 0xbc00u; };
@@ -665,10 +677,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   const float nc_eps = 1e-16f * t.lut_scale * t.lut_scale;
   // wide: kLutAddr | 4·lane (the PRMT/LOP3 operand giving the entry address); else the lane's copy
   const uint32_t lut_lane = (Q::kWide ? kLutAddr : dev::smem_u32(lut)) + 4u * uint32_t(lane);
-  [[maybe_unused]] const uint32_t slut_lane = dev::smem_u32(slut) + 8u * uint32_t(lane);
   // turbo4-qjl: score of the sign term → log2-domain logit: · norm · rnorm · κ · attn_scale · log2 e
   [[maybe_unused]] float qjl_k = 0.f;
   if constexpr (Q::kQjl) qjl_k = a.scale_log2 * t.qjl_scale;
+  [[maybe_unused]] const uint32_t slut_lane = dev::smem_u32(slut) + 8u * uint32_t(lane);
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
   const RowMap rm = row_map<C, P>(hl, hpc);
@@ -733,8 +745,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
             if constexpr (!PK) dev::mma_16816(sa[tb][h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
             if constexpr (Q::kQjl) {  // the sign nibble of k-step h2 (w[1]: the 8 dims' sign byte)
               uint32_t zf[4];
-              sign_frag((kw[h][0][1] >> (4 * h2)) & 15u, slut_lane, zf[0], zf[2]);
-              sign_frag((kw[h][1][1] >> (4 * h2)) & 15u, slut_lane, zf[1], zf[3]);
+              sign_frag<Q::kSignLut>(kw[h][0][1], 4 * h2, slut_lane, zf[0], zf[2]);
+              sign_frag<Q::kSignLut>(kw[h][1][1], 4 * h2, slut_lane, zf[1], zf[3]);
               dev::mma_16816(sq[tb][h][0], zf, q2f[0][ks][0], q2f[0][ks][1]);
               if constexpr (!PK) dev::mma_16816(sq[tb][h][NQ - 1], zf, q2f[NQ - 1][ks][0], q2f[NQ - 1][ks][1]);
             }
@@ -1035,8 +1047,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
                 const uint32_t bits = (ld_u8(cb) | ld_u8(cb + 1) << 8) >> (4 * (r & 1));
                 x[h][u][0] = dev::lds_u32(lut_lane + ((bits & 63u) << 7));
                 x[h][u][1] = dev::lds_u32(lut_lane + (((bits >> 6) & 63u) << 7));
-                sign_frag((ld_u8(vb + 48 + (r >> 1) + 4 * wl) >> (4 * (r & 1))) & 15u, slut_lane, z[h][u][0],
-                          z[h][u][1]);
+                sign_frag<Q::kSignLut>(ld_u8(vb + 48 + (r >> 1) + 4 * wl), 4 * (r & 1), slut_lane, z[h][u][0],
+                                       z[h][u][1]);
               } else {
                 uint32_t word;
                 if constexpr (C::kValueBits == 4) {
@@ -1499,7 +1511,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
     // LUT (not wide), barriers, centroids
     const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
-    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + (Q::kQjl ? 16 * 32 * 8 : 8) + 8 * 2 * kMaxStages + 64;
+    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + (Q::kSignLut ? 16 * 32 * 8 : 8) + 8 * 2 * kMaxStages + 64;
     plan_layout(cache.n_kv_heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
