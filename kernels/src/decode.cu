@@ -138,7 +138,7 @@ struct QCfg {
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
   // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise: the
-  // ALU form measured 7–11% faster at d = 128 and 256 (fewer shared-memory loads, ~10 per 4
+  // ALU form measured 3–11% faster at d = 128 and 256 (fewer shared-memory loads, ~10 per 4
   // dims before) and 15% slower at d = 64 (kernels.md run 26e)
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
