@@ -141,6 +141,7 @@ struct QCfg {
   // ALU form measured 3–11% faster at d = 128 and 256 (fewer shared-memory loads, ~10 per 4
   // dims before) and 15% slower at d = 64 (kernels.md run 26e)
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
+  static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
   static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
   static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
   static constexpr int kLutRow = kWide ? 256 : 128;
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
   uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
-  __shared__ __align__(8) uint2 slut[Q::kSignLut ? 16 * 32 : 1];  // sign nibble → ±1 halves (sign_frag)
+  __shared__ __align__(8) uint2 slut[Q::kSignLutEntries];  // sign nibble → ±1 halves (sign_frag)
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int hpc = H ? H : a.hpc, wph = H ? Q::kCtaWarps / H : a.wph;
@@ -578,7 +579,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
     }
   }
   if constexpr (Q::kSignLut) {  // row n: 32 lane copies of {±1 of bits 0, 1; ±1 of bits 2, 3} (half 0x3C00 = +1)
-    for (int i = tid; i < 16 * 32; i += nthreads) {
+    for (int i = tid; i < Q::kSignLutEntries; i += nthreads) {
       const uint32_t n = uint32_t(i) >> 5;
       auto pm = [&](int bit) { return (n >> bit) & 1u ? 0x3c00u : 0xbc00u; };
       slut[i] = make_uint2(pm(0) | pm(1) << 16, pm(2) | pm(3) << 16);
@@ -1511,7 +1512,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
     // LUT (not wide), barriers, centroids
     const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
-    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + (Q::kSignLut ? 16 * 32 * 8 : 8) + 8 * 2 * kMaxStages + 64;
+    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + Q::kSignLutEntries * 8 + 8 * 2 * kMaxStages + 64;
     plan_layout(cache.n_kv_heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
