@@ -256,6 +256,9 @@ int run_gpu(const Args& a) {
       dj.set("num_splits", d.plan.num_splits);
       dj.set("items", d.plan.items);  // CTAs per head group the batch's tokens are dealt out over
       dj.set("parts", d.plan.parts);
+      // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once; kv_bytes
+      // and pct_copy count every slot once)
+      dj.set("query_passes", d.plan.query_passes);
       dj.set("ctas_per_sm", d.plan.ctas_per_sm);
       dj.set("smem_bytes", d.plan.smem_bytes);
       dj.set("cache_copies", d.copies);

@@ -85,6 +85,8 @@ namespace tq::cuda {
 namespace {
 
 constexpr int kSub = 32;       // tokens per warp sub-tile
+// decode_kernel's H for a slice of G > 8 query columns: −1 (heads per CTA: a.hpc) or −8 (8)
+constexpr int kSliced = -1, kSliced8 = -8;
 constexpr int kMaxStages = 4;
 
 // Wide-LUT kernels (QCfg::kWide): the LUT sits at shared address kLutAddr (64 KB
@@ -424,7 +426,10 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8: every row stride and ring offset is
-// an immediate), or 0: a.hpc.
+// an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
+// query columns of G > 8 (query head of column g: kvh · a.group_stride + g; the other
+// kernels use a.group, = G there: a second parameter in their index arithmetic moved
+// ptxas's schedules, our FP16 kernel's by +5%, kernels.md run 27).
 template <class C, bool P, bool PK, int H>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2)
     decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
@@ -439,7 +444,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   __shared__ __align__(8) uint2 slut[Q::kSignLutEntries];  // sign nibble → ±1 halves (sign_frag)
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
-  const int hpc = H ? H : a.hpc, wph = H ? Q::kCtaWarps / H : a.wph;
+  constexpr int kH = H == kSliced ? 0 : H < 0 ? -H : H;  // heads per CTA at compile time (0: a.hpc)
+  const int hpc = kH > 0 ? kH : a.hpc, wph = kH > 0 ? Q::kCtaWarps / kH : a.wph;
   const int hl = warp % hpc, ws = warp / hpc;
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = kSub * wph;
@@ -492,7 +498,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   // loads: one global round trip before the prologue below instead of one per head
   // (~1 µs each: q comes from HBM). (G > 4: the loads go one head ahead in the prologue;
   // 8 heads' registers made the register allocation of those kernels spill more.)
-  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + g) * a.q_sh; };  // head g
+  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(kvh * (H < 0 ? a.group_stride : a.group) + g) * a.q_sh; };  // head g
   __half2 qraw[PK ? 2 : 1][D / 32];
   if constexpr (PK) {
 #pragma unroll
@@ -1221,7 +1227,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       }
       block_fwht<Q::kTB>(y, lane);
       const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
-      const int qh_idx = kvh * a.group + g;
+      const int qh_idx = kvh * (H < 0 ? a.group_stride : a.group) + g;
       const int64_t row = part_row(qh_idx);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
@@ -1243,7 +1249,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
       const int g = 2 * p + c;
       if (g >= a.group || (PK && !hi_lane)) continue;
-      const int qh_idx = kvh * a.group + g;
+      const int qh_idx = kvh * (H < 0 ? a.group_stride : a.group) + g;
       const float inv = l > 0.f ? 1.f / l : 0.f;
       // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
       // 3-bit values: Σ (1 + c/16)·P'.
@@ -1367,7 +1373,19 @@ int auto_splits(int batch_groups, int max_tiles, int slots) {
 // planes_support accepts (checked by decode_can_implement before we get here);
 // packed hi/lo query columns for G ≤ 4.
 template <class C, class Fn>
-void with_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
+void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn) {
+  if (sliced) {  // G > 8: one slice of ≤ 8 columns (for_each_query_slice)
+    if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
+      if (planes)
+        return group <= 4 ? fn(decode_kernel<C, true, true, kSliced>) : fn(decode_kernel<C, true, false, kSliced>);
+    }
+    if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
+    if constexpr (QCfg<C>::kWide) {
+      if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8)
+        return group <= 4 ? fn(decode_kernel<C, false, true, kSliced8>) : fn(decode_kernel<C, false, false, kSliced8>);
+    }
+    return group <= 4 ? fn(decode_kernel<C, false, true, kSliced>) : fn(decode_kernel<C, false, false, kSliced>);
+  }
   if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
     if (planes) return group <= 4 ? fn(decode_kernel<C, true, true, 0>) : fn(decode_kernel<C, true, false, 0>);
   }
@@ -1408,7 +1426,7 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
   // a B = 32 merge took 768–1024 threads and the merge ran in several waves (run 22b).
   const int avg = std::max(1, a.items * a.wph / batch);
   const int pairs = head_dim / 2, P = std::max(1, std::min(1024 / pairs, avg / 8));
-  cfg.gridDim = dim3(unsigned(a.n_q_heads), unsigned(batch));
+  cfg.gridDim = dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch));  // every query head
   cfg.blockDim = dim3(unsigned(pairs), unsigned(P));
   cfg.dynamicSmemBytes = (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float);
   cfg.stream = stream;
@@ -1466,6 +1484,7 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
   plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
+  plan.query_passes = (p.n_q_heads / (plan.head_groups * plan.heads_per_cta) + 7) / 8;  // for_each_query_slice
   // parts per (sequence, q head), at most (the merge's shared-memory weights): a sequence of
   // max_seq_len tokens gets ≤ max_tiles items, and every other sequence has ≥ 1. With more
   // items than sequences parts > 1 even so, so the parts always go through the workspace
@@ -1522,8 +1541,9 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
       plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes;
     }
-    with_kernel<C>(cache.layout == CacheLayout::planes, p.n_q_heads / cache.n_kv_heads, plan.heads_per_cta,
-                   plan.warps_per_head, [&](auto kern) {
+    const int group = p.n_q_heads / cache.n_kv_heads;
+    with_kernel<C>(cache.layout == CacheLayout::planes, std::min(group, 8), plan.heads_per_cta, plan.warps_per_head,
+                   group > 8, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       int occ = 0;
       TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, plan.threads, plan.smem_bytes));
@@ -1568,10 +1588,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     const bool planes = cache.layout == CacheLayout::planes;
-    with_kernel<C>(planes, a.group, plan.heads_per_cta, plan.warps_per_head, [&](auto kern) {
-      TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-      kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(a, static_cast<const TablesFor<C>&>(t), cache.data);
-      TQ_CUDA_CHECK(cudaGetLastError());
+    for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s) {  // one launch unless G > 8
+      with_kernel<C>(planes, s.group, plan.heads_per_cta, plan.warps_per_head, s.group != s.group_stride, [&](auto kern) {
+        TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+        kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const TablesFor<C>&>(t), cache.data);
+        TQ_CUDA_CHECK(cudaGetLastError());
+      });
     });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, stream);

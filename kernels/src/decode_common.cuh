@@ -11,9 +11,10 @@
 // of the log-sum-exp merge.
 //
 // MMA orientation: M = tokens (keys) or head dims (values), N = the query
-// group (G ≤ 8 columns; columns ≥ G are zero; the quantized kernel packs the
+// group (≤ 8 columns; columns ≥ G are zero; the quantized kernel packs the
 // fp16 hi and lo parts of G ≤ 4 queries into columns 0–3 and 4–7), so no M rows
-// are wasted:
+// are wasted. G > 8 query heads per kv head run as ⌈G/8⌉ stage-1 launches of ≤ 8
+// columns each (for_each_query_slice), so each such launch reads the cache once:
 //   S^T[tok, g]  = K[tok, :] · Q'[g, :]^T          (A = keys, B = queries)
 //   O^T[dim, g] += V^T[dim, tok] · P^T[tok, g]      (A = values, B = probabilities)
 // Lane l (r = l/4, p = l%4) holds scores of tokens r, r+8 for query columns 2p, 2p+1,
@@ -38,7 +39,12 @@ struct DecodeArgs {
   const int32_t* table;
   int table_stride;
   const int32_t* seq_lens;
-  int block_size, log2_block_size, n_kv_heads, n_q_heads, group;
+  // group_stride: query heads per kv head (G): column g of kv head h is query head
+  // h·group_stride + g of q, out and the parts. group: the columns of this launch — G when
+  // G ≤ 8, else ≤ 8 (for_each_query_slice offsets q, out and the parts to the slice's first
+  // column). (group_stride took n_q_heads' place, which only the host used: the
+  // kernels' parameter layout stays as it was.)
+  int block_size, log2_block_size, n_kv_heads, group_stride, group;
   int batch, hpc, wph, items, parts, stages;
   int stage_bytes;  // WPH · sub-tile tokens · HPC · (bytes of one token-head)
   // quantized decode: ring pieces (16-token halves) 0 … ring_split−1 from the dynamic
@@ -268,8 +274,7 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.block_size = block_size;
   a.log2_block_size = __builtin_ctz(unsigned(block_size));
   a.n_kv_heads = n_kv_heads;
-  a.n_q_heads = p.n_q_heads;
-  a.group = p.n_q_heads / n_kv_heads;
+  a.group = a.group_stride = p.n_q_heads / n_kv_heads;
   a.hpc = plan.heads_per_cta;
   a.wph = plan.warps_per_head;
   a.batch = p.blocks.batch;
@@ -277,6 +282,25 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.parts = plan.parts;
   a.scale_log2 = p.attn_scale * 1.4426950408889634f;
   return a;
+}
+
+// Stage 1 for G > 8 query heads per kv head: fn(slice) once per slice of ≤ 8 consecutive
+// columns (query heads g0 … g0 + slice.group − 1 of every kv head), with q, out and the
+// parts' rows offset to column g0 (the merge runs once, on `a`, over all query heads).
+// G ≤ 8: fn(a), unchanged.
+template <class Fn>
+void for_each_query_slice(const DecodeArgs& a, int head_dim, Fn&& fn) {
+  constexpr int kCols = 8;  // the MMA N tile
+  for (int g0 = 0; g0 < a.group_stride; g0 += kCols) {
+    DecodeArgs s = a;
+    s.group = a.group_stride - g0 < kCols ? a.group_stride - g0 : kCols;
+    s.q += int64_t(g0) * a.q_sh;
+    s.out += int64_t(g0) * a.o_sh;
+    const int64_t rows = int64_t(g0) * a.items * a.wph;  // the parts of query heads < g0 (of kv head 0)
+    if (a.o_part) s.o_part += rows * head_dim;
+    if (a.lse_part) s.lse_part += rows;
+    fn(s);
+  }
 }
 
 struct DecodePlan;

@@ -18,7 +18,10 @@ namespace {
 // One CTA per SM (its ring fills shared memory). Saying so lets ptxas use the registers to keep
 // the K and V fragment loads in flight; with __launch_bounds__(256) it loaded them all into one
 // register quad, each load's latency on the MMA chain (12% slower; kernels.md run 23).
-template <int D>
+// SLICED: one slice of ≤ 8 query columns of G > 8 (query head of column g: kvh · a.group_stride
+// + g); otherwise a.group (= G) as before — reading a.group_stride there moved ptxas's
+// schedule of this kernel by +5% (kernels.md run 27).
+template <int D, bool SLICED>
 __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
                                                          const __half* __restrict__ vc) {
   constexpr int CR = D / 8;  // 16-byte chunks per token-head row
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   // Query fragments (B operand): dims 16ks + 2p, +1 and +8, +9 of query row g = r.
   uint32_t qf[KS][2];
   const bool has_q = r < a.group;
-  const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * a.group + (has_q ? r : 0)) * a.q_sh;
+  const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * (SLICED ? a.group_stride : a.group) + (has_q ? r : 0)) * a.q_sh;
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     qf[ks][0] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p) : 0u;
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     const float l = dev::sum_over_token_lanes(sm.l[c]);
     const int g = 2 * p + c;
     if (g >= a.group) continue;
-    const int qh = kvh * a.group + g;
+    const int qh = kvh * (SLICED ? a.group_stride : a.group) + g;
     const float inv = l > 0.f ? 1.f / l : 0.f;
     if (a.parts == 1) {
       __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh) * a.o_sh;
@@ -207,9 +210,9 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, in
     constexpr int D = decltype(dc)::value;
     int stage_bytes = 0, stages = 0;
     plan_layout(cache.n_kv_heads, 16, 4 * D, 0, 0, decode_device_smem_optin(), plan, stage_bytes, stages, true, 3, 8);
-    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
     int occ = 0;
-    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D>, plan.threads, plan.smem_bytes));
+    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D, false>, plan.threads, plan.smem_bytes));
     plan.ctas_per_sm = occ;
   });
   finish_plan(p, cache.head_dim, sm_count, 16, plan);
@@ -229,11 +232,14 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
   if (a.stages < 2 || a.stages > 4) throw_error("paged_decode_f16: plan does not match this cache (use plan_decode_f16)");
   dispatch_f16(D, [&](auto dc) {
     constexpr int DD = decltype(dc)::value;
-    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
-    decode_f16_kernel<DD><<<grid, plan.threads, plan.smem_bytes, stream>>>(a, static_cast<const __half*>(cache.k),
-                                                                           static_cast<const __half*>(cache.v));
-    TQ_CUDA_CHECK(cudaGetLastError());
+    for_each_query_slice(a, D, [&](const DecodeArgs& s) {  // one launch unless G > 8
+      const auto kern = s.group != s.group_stride ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>;
+      TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+      kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const __half*>(cache.k),
+                                                          static_cast<const __half*>(cache.v));
+      TQ_CUDA_CHECK(cudaGetLastError());
+    });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, stream);
 }

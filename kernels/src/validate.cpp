@@ -47,9 +47,6 @@ std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, c
   if (!p.query || !p.out) return fmt::format("{}: query or out is null", who);
   if (p.n_q_heads < 1 || p.n_q_heads % n_kv_heads)
     return fmt::format("{}: n_q_heads {} must be a positive multiple of n_kv_heads {}", who, p.n_q_heads, n_kv_heads);
-  const int g = p.n_q_heads / n_kv_heads;
-  if (g > 8)
-    return fmt::format("{}: {} query heads per kv head not supported (the kernel's MMA N tile holds ≤ 8)", who, g);
   if (n_kv_heads > 8 && n_kv_heads % 8)
     return fmt::format("{}: n_kv_heads {} not supported (≤ 8, or a multiple of 8)", who, n_kv_heads);
   if (!is_aligned(p.query, 4) || p.q_stride_batch % 2 || p.q_stride_head % 2 || p.q_stride_head < head_dim)

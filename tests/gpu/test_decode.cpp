@@ -282,7 +282,8 @@ TEST_CASE("decode: plane layout (4bit_nc, k3v4_nc): ragged, head dims, block siz
     struct H {
       int hq, hkv;
     };
-    for (const H h : {H{8, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
+    // (96,8) G = 12 and (40,2) G = 20: stage 1 in slices of ≤ 8 query columns
+    for (const H h : {H{8, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}, H{96, 8}, H{40, 2}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.planes = true;
@@ -378,23 +379,32 @@ TEST_CASE("decode: turbo2/turbo3/turbo4/turbo4-qjl at head_dim 256 (two blocks p
   }
 }
 
-TEST_CASE("decode: GQA group sizes 1, 4, 8 and head layouts", "[decode]") {
+TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 16, 20 and head layouts", "[decode]") {
   struct H {
-    int hq, hkv;
+    int hq, hkv, splits;
   };
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
-  // (16,16) two head groups (segmented copies); (64,8) G=8.
+  // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8 runs ⌈G/8⌉ stage-1 launches
+  // over column slices of ≤ 8: (96,8) G=12 (8 + 4: the second slice packed), (128,8) G=16,
+  // also with one split (parts = 1 where a head has one warp: the slices write out directly),
+  // (20,1) G=20 (8 + 8 + 4).
   for (const auto& fmt :
        {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo2"), std::string("turbo3"),
         std::string("turbo4"), std::string("turbo4-qjl"), std::string("f16")})
-    for (const H h : {H{8, 8}, H{32, 8}, H{8, 1}, H{12, 3}, H{16, 16}, H{64, 8}}) {
+    for (const H h : {H{8, 8, 0}, H{32, 8, 0}, H{8, 1, 0}, H{12, 3, 0}, H{16, 16, 0}, H{64, 8, 0}, H{96, 8, 0},
+                      H{128, 8, 0}, H{128, 8, 1}, H{20, 1, 0}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.hq = h.hq;
       c.hkv = h.hkv;
+      c.splits = h.splits;
       c.lens = {5, 16, 300, 2049};
       c.seed = uint64_t(h.hq * 100 + h.hkv);
-      run_decode(c);
+      run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+        INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv);
+        REQUIRE(plan.query_passes == (h.hq / h.hkv + 7) / 8);
+        if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
+      });
     }
 }
 
@@ -514,6 +524,14 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     run_decode(c);
     c.lens = {0, 300, 2};  // an empty sequence, and items the lengths leave unused
     c.splits = 3;
+    run_decode(c);
+    c.hq = 24;  // G = 12 over 2 kv heads: two stage-1 slices (8 + 4 query columns)
+    c.hkv = 2;
+    c.lens = {1, 17, 40};
+    c.splits = 2;
+    run_decode(c);
+    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: the compile-time-heads slice kernels)
+    c.hkv = 8;
     run_decode(c);
   }
 }
@@ -668,8 +686,10 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   bad.block_size = 8;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, bad, p), Contains("block_size 8"));
   auto pg = p;
-  pg.n_q_heads = 40;  // 20 per kv head
-  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("20 query heads per kv head"));
+  pg.n_q_heads = 40;  // 20 per kv head: three stage-1 launches of 8, 8 and 4 query columns
+  REQUIRE(tq::cuda::decode_can_implement(kf, pc, pg).empty());
+  REQUIRE(tq::cuda::plan_decode(kf, pc, pg).query_passes == 3);
+  REQUIRE(tq::cuda::plan_decode(kf, pc, p).query_passes == 1);
   pg = p;
   pg.n_q_heads = 3;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("multiple of n_kv_heads"));

@@ -5,8 +5,10 @@
 // split, group of kv heads) streams its token range [all heads][slot] once
 // through a shared-memory ring (quantized: TMA bulk copies on mbarriers; FP16:
 // cp.async) and computes every query head of its kv
-// heads (GQA: each slot is read once per query group); stage 2 merges the
-// splits by log-sum-exp. A single part writes the output directly.
+// heads (GQA: each slot is read once per query group of ≤ 8 heads; G > 8 query heads
+// per kv head run ⌈G/8⌉ stage-1 launches of ≤ 8 heads, each reading the cache once:
+// DecodePlan::query_passes); stage 2 merges the splits by log-sum-exp. A single part
+// writes the output directly.
 //
 //   query  fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·q_stride_batch + h·q_stride_head + j
 //   out    fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·o_stride_batch + h·o_stride_head + j
@@ -58,6 +60,8 @@ struct DecodePlan {
   int threads = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
+  int query_passes = 1;    // stage-1 launches, each reading the whole cache range once: ⌈G / 8⌉, G = query
+                           // heads per kv head (the MMA's N tile holds 8 query columns)
   size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
 };
 
