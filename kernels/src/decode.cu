@@ -1371,30 +1371,30 @@ int auto_splits(int batch_groups, int max_tiles, int slots) {
 
 // The kernel for a layout and group size: planes only for the formats
 // planes_support accepts (checked by decode_can_implement before we get here);
-// packed hi/lo query columns for G ≤ 4.
-template <class C, class Fn>
-void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn) {
-  if (sliced) {  // G > 8: one slice of ≤ 8 columns (for_each_query_slice)
-    if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
-      if (planes)
-        return group <= 4 ? fn(decode_kernel<C, true, true, kSliced>) : fn(decode_kernel<C, true, false, kSliced>);
-    }
-    if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
-    if constexpr (QCfg<C>::kWide) {
-      if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8)
-        return group <= 4 ? fn(decode_kernel<C, false, true, kSliced8>) : fn(decode_kernel<C, false, false, kSliced8>);
-    }
-    return group <= 4 ? fn(decode_kernel<C, false, true, kSliced>) : fn(decode_kernel<C, false, false, kSliced>);
-  }
+// packed hi/lo query columns for G ≤ 4; heads per CTA 8 at compile time (H8) for the
+// wide-LUT formats' 8-head plans, else at run time (HR).
+template <class C, int HR, int H8, class Fn>
+void pick_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
+  auto packed_or_not = [&](auto p, auto h) {
+    constexpr bool P = decltype(p)::value;
+    constexpr int H = decltype(h)::value;
+    return group <= 4 ? fn(decode_kernel<C, P, true, H>) : fn(decode_kernel<C, P, false, H>);
+  };
+  using Runtime = std::integral_constant<int, HR>;
   if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
-    if (planes) return group <= 4 ? fn(decode_kernel<C, true, true, 0>) : fn(decode_kernel<C, true, false, 0>);
+    if (planes) return packed_or_not(std::true_type{}, Runtime{});
   }
   if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
-    if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8)
-      return group <= 4 ? fn(decode_kernel<C, false, true, 8>) : fn(decode_kernel<C, false, false, 8>);
+    if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8) return packed_or_not(std::false_type{}, std::integral_constant<int, H8>{});
   }
-  group <= 4 ? fn(decode_kernel<C, false, true, 0>) : fn(decode_kernel<C, false, false, 0>);
+  packed_or_not(std::false_type{}, Runtime{});
+}
+// sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice)
+template <class C, class Fn>
+void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn) {
+  if (sliced) return pick_kernel<C, kSliced, kSliced8>(planes, group, hpc, wph, fn);
+  pick_kernel<C, 0, 8>(planes, group, hpc, wph, fn);
 }
 
 int decode_device_sms_impl() {
