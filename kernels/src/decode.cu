@@ -427,9 +427,7 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
-// query columns of G > 8 (query head of column g: kvh · a.group_stride + g; the other
-// kernels use a.group, = G there: a second parameter in their index arithmetic moved
-// ptxas's schedules, our FP16 kernel's by +5%, kernels.md run 27).
+// query columns of G > 8 (dev::query_head<true>).
 template <class C, bool P, bool PK, int H>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2)
     decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
@@ -498,7 +496,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   // loads: one global round trip before the prologue below instead of one per head
   // (~1 µs each: q comes from HBM). (G > 4: the loads go one head ahead in the prologue;
   // 8 heads' registers made the register allocation of those kernels spill more.)
-  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(kvh * (H < 0 ? a.group_stride : a.group) + g) * a.q_sh; };  // head g
+  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<(H < 0)>(a, kvh, g)) * a.q_sh; };  // head g
   __half2 qraw[PK ? 2 : 1][D / 32];
   if constexpr (PK) {
 #pragma unroll
@@ -1227,7 +1225,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       }
       block_fwht<Q::kTB>(y, lane);
       const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
-      const int qh_idx = kvh * (H < 0 ? a.group_stride : a.group) + g;
+      const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g);
       const int64_t row = part_row(qh_idx);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
@@ -1249,7 +1247,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
       const int g = 2 * p + c;
       if (g >= a.group || (PK && !hi_lane)) continue;
-      const int qh_idx = kvh * (H < 0 ? a.group_stride : a.group) + g;
+      const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
       // 3-bit values: Σ (1 + c/16)·P'.
@@ -1484,7 +1482,7 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
   plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
-  plan.query_passes = (p.n_q_heads / (plan.head_groups * plan.heads_per_cta) + 7) / 8;  // for_each_query_slice
+  plan.query_passes = query_passes(p.n_q_heads / (plan.head_groups * plan.heads_per_cta));  // for_each_query_slice
   // parts per (sequence, q head), at most (the merge's shared-memory weights): a sequence of
   // max_seq_len tokens gets ≤ max_tiles items, and every other sequence has ≥ 1. With more
   // items than sequences parts > 1 even so, so the parts always go through the workspace
@@ -1542,8 +1540,8 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes;
     }
     const int group = p.n_q_heads / cache.n_kv_heads;
-    with_kernel<C>(cache.layout == CacheLayout::planes, std::min(group, 8), plan.heads_per_cta, plan.warps_per_head,
-                   group > 8, [&](auto kern) {
+    with_kernel<C>(cache.layout == CacheLayout::planes, std::min(group, kQueryCols), plan.heads_per_cta,
+                   plan.warps_per_head, group > kQueryCols, [&](auto kern) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       int occ = 0;
       TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, plan.threads, plan.smem_bytes));
@@ -1588,8 +1586,8 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     const bool planes = cache.layout == CacheLayout::planes;
-    for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s) {  // one launch unless G > 8
-      with_kernel<C>(planes, s.group, plan.heads_per_cta, plan.warps_per_head, s.group != s.group_stride, [&](auto kern) {
+    for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
+      with_kernel<C>(planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, [&](auto kern) {
         TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
         kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const TablesFor<C>&>(t), cache.data);
         TQ_CUDA_CHECK(cudaGetLastError());

@@ -57,6 +57,15 @@ struct DecodeArgs {
 
 namespace dev {
 
+// Query head of column g of kv head kvh. SLICED (a slice of G > 8 columns): kvh · group_stride
+// + g; otherwise group (= group_stride = G): every kernel a G ≤ 8 decode launches reads only
+// that parameter (also reading group_stride there moved ptxas's schedules; our FP16 kernel's
+// by +5%, kernels.md run 27). Evaluated at each use, where the kernels had a.group before.
+template <bool SLICED>
+__device__ __forceinline__ int query_head(const DecodeArgs& a, int kvh, int g) {
+  return kvh * (SLICED ? a.group_stride : a.group) + g;
+}
+
 // ---- Work items: which tokens of which sequence a CTA reads ----
 // The grid has n_items ≥ batch CTAs per head group. Sequence b's t_b = ceil(len_b / tile)
 // tiles are cut into count_b = max(1, ceil(t_b / L)) chunks of L tiles (the last one
@@ -284,22 +293,27 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   return a;
 }
 
-// Stage 1 for G > 8 query heads per kv head: fn(slice) once per slice of ≤ 8 consecutive
-// columns (query heads g0 … g0 + slice.group − 1 of every kv head), with q, out and the
-// parts' rows offset to column g0 (the merge runs once, on `a`, over all query heads).
-// G ≤ 8: fn(a), unchanged.
+// Query columns one stage-1 launch computes (the MMA's N tile); G query heads per kv head
+// take query_passes(G) launches, each reading the cache.
+constexpr int kQueryCols = 8;
+constexpr int query_passes(int group) { return (group + kQueryCols - 1) / kQueryCols; }
+
+// Stage 1 for G > 8 query heads per kv head: fn(slice, true) once per slice of ≤ 8
+// consecutive columns (query heads g0 … g0 + slice.group − 1 of every kv head), with q, out
+// and the parts' rows offset to column g0 (the merge runs once, on `a`, over all query
+// heads). G ≤ 8: fn(a, false), unchanged. The flag picks the SLICED kernels (dev::query_head).
 template <class Fn>
 void for_each_query_slice(const DecodeArgs& a, int head_dim, Fn&& fn) {
-  constexpr int kCols = 8;  // the MMA N tile
-  for (int g0 = 0; g0 < a.group_stride; g0 += kCols) {
+  const bool sliced = a.group_stride > kQueryCols;
+  for (int g0 = 0; g0 < a.group_stride; g0 += kQueryCols) {
     DecodeArgs s = a;
-    s.group = a.group_stride - g0 < kCols ? a.group_stride - g0 : kCols;
+    s.group = a.group_stride - g0 < kQueryCols ? a.group_stride - g0 : kQueryCols;
     s.q += int64_t(g0) * a.q_sh;
     s.out += int64_t(g0) * a.o_sh;
     const int64_t rows = int64_t(g0) * a.items * a.wph;  // the parts of query heads < g0 (of kv head 0)
     if (a.o_part) s.o_part += rows * head_dim;
     if (a.lse_part) s.lse_part += rows;
-    fn(s);
+    fn(s, sliced);
   }
 }
 

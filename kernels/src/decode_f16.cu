@@ -18,9 +18,7 @@ namespace {
 // One CTA per SM (its ring fills shared memory). Saying so lets ptxas use the registers to keep
 // the K and V fragment loads in flight; with __launch_bounds__(256) it loaded them all into one
 // register quad, each load's latency on the MMA chain (12% slower; kernels.md run 23).
-// SLICED: one slice of ≤ 8 query columns of G > 8 (query head of column g: kvh · a.group_stride
-// + g); otherwise a.group (= G) as before — reading a.group_stride there moved ptxas's
-// schedule of this kernel by +5% (kernels.md run 27).
+// SLICED: one slice of ≤ 8 query columns of G > 8 (dev::query_head).
 template <int D, bool SLICED>
 __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
                                                          const __half* __restrict__ vc) {
@@ -100,7 +98,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   // Query fragments (B operand): dims 16ks + 2p, +1 and +8, +9 of query row g = r.
   uint32_t qf[KS][2];
   const bool has_q = r < a.group;
-  const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(kvh * (SLICED ? a.group_stride : a.group) + (has_q ? r : 0)) * a.q_sh;
+  const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<SLICED>(a, kvh, has_q ? r : 0)) * a.q_sh;
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     qf[ks][0] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p) : 0u;
@@ -167,7 +165,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     const float l = dev::sum_over_token_lanes(sm.l[c]);
     const int g = 2 * p + c;
     if (g >= a.group) continue;
-    const int qh = kvh * (SLICED ? a.group_stride : a.group) + g;
+    const int qh = dev::query_head<SLICED>(a, kvh, g);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     if (a.parts == 1) {
       __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh) * a.o_sh;
@@ -233,8 +231,8 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
   dispatch_f16(D, [&](auto dc) {
     constexpr int DD = decltype(dc)::value;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
-    for_each_query_slice(a, D, [&](const DecodeArgs& s) {  // one launch unless G > 8
-      const auto kern = s.group != s.group_stride ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>;
+    for_each_query_slice(a, D, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
+      const auto kern = sliced ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>;
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const __half*>(cache.k),
                                                           static_cast<const __half*>(cache.v));
