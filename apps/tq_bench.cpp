@@ -1,6 +1,7 @@
 // tq-bench: time the GPU store/decode/dequant kernels per format against the FP16
 // baseline decode and the measured device-copy bandwidth (or, with --cpu, the
-// CPU reference codecs).
+// CPU reference codecs); --check-dump checks the kernels on a tq-dump file's real
+// queries, keys and values against the CPU (tq/cuda/verify.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,12 +17,15 @@
 #include "tq/error.h"
 #include "tq/format.h"
 #include "tq/json.h"
+#include "tq/kv_dump.h"
+#include "tq/layer_list.h"
 #include "tq/rng.h"
 #include "tq/table.h"
 #ifdef TQ_HAVE_CUDA
 #include "tq/cuda/bench.h"
 #include "tq/cuda/device.h"
 #include "tq/cuda/kernel_format.h"
+#include "tq/cuda/verify.h"
 #endif
 
 namespace {
@@ -38,6 +42,10 @@ struct Args {
   std::string seq_lens_spec;    // --seq-lens as given (empty: every sequence ctx long)
   std::vector<int> seq_lens;    // parsed: batch entries, ctx = their maximum
   bool json = false, cpu = false, list = false;
+  std::string check_dump;     // --check-dump FILE
+  std::string layers = "all";  // its layers
+  int positions = 128;        // query positions decoded per layer
+  bool formats_given = false;
 };
 
 int64_t total_tokens(const Args& a) {
@@ -324,6 +332,119 @@ int run_gpu(const Args& a) {
 }
 #endif
 
+// ---- --check-dump: the GPU kernels on a dump's real Q/K/V against the CPU ----
+// Everything the arguments and the file can be checked for is checked first, on any machine.
+int run_check_dump(const Args& a) {
+#ifndef TQ_HAVE_HDF5
+  (void)a;
+  throw tq::Error("this tq-bench was built without HDF5: --check-dump cannot read tq-dump files");
+#else
+  const tq::KvDump dump = tq::KvDump::open(a.check_dump);
+  const tq::KvDumpHeader& h = dump.header();
+  std::vector<int> layers;
+  for (const int l : tq::parse_layer_list(a.layers, h.n_layers)) {
+    if (dump.has_layer(l)) layers.push_back(l);
+    else if (a.layers != "all") throw tq::Error(fmt::format("--layers: layer {} is not in {}", l, a.check_dump));
+  }
+  TQ_CHECK(!layers.empty(), "--layers '{}': none of these layers is in {}", a.layers, a.check_dump);
+  TQ_CHECK(a.positions >= 1, "--positions {} must be ≥ 1", a.positions);
+  TQ_CHECK(a.block_size == 16 || a.block_size == 32 || a.block_size == 64 || a.block_size == 128,
+           "--block-size {}: the kernels take 16, 32, 64 or 128", a.block_size);
+  TQ_CHECK(a.splits >= 0, "--splits {} must be ≥ 0", a.splits);
+  std::vector<std::string> names;
+  if (a.formats_given) {
+    names = tq::expand_format_names(a.formats);
+    for (const auto& n : names) (void)tq::make_format(n, h.head_dim);  // unknown names and head_dims: bad input
+  }
+#ifdef TQ_HAVE_CUDA
+  if (tq::cuda::device_count() == 0)
+    throw tq::Error("no CUDA device found: --check-dump runs the GPU kernels (on any machine with one)");
+  if (!a.formats_given)  // every registered format the decode has a kernel for at this head_dim
+    for (const auto& e : tq::registered_formats()) {
+      try {
+        if (tq::cuda::decode_support(tq::cuda::kernel_format(tq::make_format(e.name, h.head_dim))).empty())
+          names.push_back(e.name);
+      } catch (const tq::Error&) {
+      }
+    }
+  const auto dev = tq::cuda::device_info(0);
+  tq::cuda::DumpCheckOptions o;
+  o.positions = a.positions;
+  o.block_size = a.block_size;
+  o.splits = a.splits;
+  tq::Json rows = tq::Json::array();
+  tq::Table table({"layer", "format", "tokens", "positions", "store_bad_slots", "dequant_bad", "decode_max_rel",
+                   "at(pos,head)", "splits", "result"});
+  int passed = 0, failed = 0, not_run = 0;
+  for (const int l : layers) {
+    const tq::KvDumpLayer L = dump.read_layer(l);
+    std::vector<std::string> row_names = names;
+    row_names.push_back("");  // the FP16 baseline decode
+    for (const auto& name : row_names) {
+      const tq::KvFormat f = name.empty() ? tq::KvFormat{} : tq::make_format(name, h.head_dim);
+      const auto c = tq::cuda::check_dump_layer(name.empty() ? nullptr : &f, L, h.n_heads, h.n_kv_heads, h.head_dim, o);
+      const bool ok = c.passed(o.tolerance);
+      const std::string label = name.empty() ? "f16 (baseline decode)" : name;
+      tq::Json j = tq::Json::object();
+      j.set("layer", l);
+      j.set("format", name.empty() ? "f16-baseline" : name);
+      j.set("tokens", double(c.tokens));
+      j.set("sliding_window", double(c.window));
+      j.set("positions", c.positions);
+      if (!c.not_run.empty()) {
+        ++not_run;
+        j.set("result", "not run");
+        j.set("why", c.not_run);
+        table.add({std::to_string(l), label, std::to_string(c.tokens), "-", "-", "-", "-", "-", "-",
+                   "not run: " + c.not_run});
+        rows.push(std::move(j));
+        continue;
+      }
+      ok ? ++passed : ++failed;
+      if (name.empty()) {
+        j.set("store", "-");
+      } else {
+        j.set("slots", double(c.slots));
+        j.set("store_mismatched_slots", double(c.store_mismatches));
+        if (c.store_mismatches) j.set("first_mismatch", fmt::format("token {} head {} byte {}", c.bad_token, c.bad_head, c.bad_byte));
+        j.set("dequant_values", double(c.dequant_values));
+        j.set("dequant_mismatches", double(c.dequant_mismatches));
+      }
+      j.set("decode_max_rel_err", c.decode_rel);
+      j.set("worst_position", c.worst_position);
+      j.set("worst_q_head", c.worst_head);
+      j.set("num_splits", c.splits);
+      j.set("parts", c.parts);
+      j.set("result", ok ? "pass" : "FAIL");
+      rows.push(std::move(j));
+      table.add({std::to_string(l), label, std::to_string(c.tokens), std::to_string(c.positions),
+                 name.empty() ? "-" : fmt::format("{}/{}", c.store_mismatches, c.slots),
+                 name.empty() ? "-" : fmt::format("{}/{}", c.dequant_mismatches, c.dequant_values),
+                 fmt::format("{:.2e}", c.decode_rel), fmt::format("({},{})", c.worst_position, c.worst_head),
+                 std::to_string(c.splits), ok ? "pass" : "FAIL"});
+    }
+  }
+  if (a.json) {
+    std::printf("%s\n", rows.dump(2).c_str());
+  } else {
+    std::printf("tq-bench --check-dump %s on %s: %s (%s), %lld tokens, %d q heads / %d kv heads, head_dim %d\n",
+                a.check_dump.c_str(), dev.name.c_str(), h.model.c_str(), h.arch.c_str(),
+                static_cast<long long>(h.n_tokens), h.n_heads, h.n_kv_heads, h.head_dim);
+    std::printf("store: cache bytes vs the CPU encoder (slots that differ); dequant: fp16 + bf16 K/V vs the CPU "
+                "decoder, bit for bit;\ndecode: %d query positions per layer (causal, one ragged batch over shuffled "
+                "%d-token pages) vs float64 attention\nover the CPU-decoded cache, max ‖out − ref‖ / ‖ref‖ per (position, "
+                "q head), tolerance %.0e; a sliding-window layer: its first window tokens\n%s",
+                a.positions, a.block_size, o.tolerance, table.text().c_str());
+    std::printf("%d passed, %d failed, %d not run\n", passed, failed, not_run);
+  }
+  if (failed) std::fprintf(stderr, "tq-bench: %d check(s) FAILED\n", failed);
+  return failed ? 1 : 0;
+#else
+  throw tq::Error("this tq-bench was built without CUDA: --check-dump runs the GPU kernels");
+#endif
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,6 +488,18 @@ int main(int argc, char** argv) {
   app.add_flag("--json", a.json, "JSON list, one object per format");
   app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");
   app.add_flag("--list-formats", a.list, "list the KV formats (with --head-dim, --json)");
+  auto* check_opt = app.add_option("--check-dump", a.check_dump,
+                                   "instead of timing: check the store, dequant and decode kernels on a tq-dump file's "
+                                   "real Q/K/V against the CPU encoder/decoder and a float64 attention (exit 1 if any "
+                                   "check fails); default formats: every one with a GPU decode, plus the FP16 baseline");
+  app.add_option("--layers", a.layers, "--check-dump: layers to check (all, or a list like 0,5,28-29 / first2,last2)")
+      ->needs(check_opt)
+      ->capture_default_str();
+  app.add_option("--positions", a.positions,
+                 "--check-dump: query positions decoded per layer (evenly spread, the last token included)")
+      ->needs(check_opt)
+      ->capture_default_str();
+  auto* format_opt = app.get_option("--format");
   return tq::run_tool("tq-bench", app, argc, argv, [&]() -> int {
     if (!a.seq_lens_spec.empty()) {
       a.seq_lens = parse_seq_lens(a.seq_lens_spec, a.batch, batch_opt->count() > 0);
@@ -378,6 +511,8 @@ int main(int argc, char** argv) {
       else std::fputs(tq::list_formats_text(a.head_dim).c_str(), stdout);
       return 0;
     }
+    a.formats_given = format_opt->count() > 0;
+    if (!a.check_dump.empty()) return run_check_dump(a);
     if (a.cpu) return run_cpu(a);
 #ifdef TQ_HAVE_CUDA
     if (tq::cuda::device_count() == 0)

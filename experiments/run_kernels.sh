@@ -2,17 +2,19 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile (default: the first six)
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
-#        or both (default): the plane-layout rows for the formats that have one)
+#        or both (default): the plane-layout rows for the formats that have one),
+#        REAL_KV (realkv: tq-dump files for tq-bench --check-dump; default out/kv/*.h5, else
+#        tests/data/kv/*.h5), REAL_KV_POSITIONS (256)
 #
 # Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
 # report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
 # per tq-bench run: {ctx, pages, rows}), bench_text.txt, sdpa.jsonl, ncu.log, errors.log
-# (stderr of the benchmarks); a summary table is printed last.
+# (stderr of the benchmarks), check_dump.txt (realkv); a summary table is printed last.
 #
-# Builds TQ_CORE_ONLY (no Eigen/HDF5/PCRE2 needed). Headers the machine lacks
+# Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
 # (Catch2 there; fmt and CLI11 as a fallback) come from .deps/ when present:
 # Debian packages unpacked on the development machine and sent along (device
 # tool: carry [".deps"]):
@@ -119,6 +121,18 @@ if has text; then
     done
   } > "$OUT/bench_text.txt" 2>> "$OUT/errors.log" || status=1
   cat "$OUT/bench_text.txt"
+fi
+
+if has realkv; then
+  # The kernels on real Q/K/V (tq-dump files) against the CPU encoder / decoder and float64 attention.
+  files=${REAL_KV:-$(ls "$ROOT"/out/kv/*.h5 2>/dev/null || ls "$ROOT"/tests/data/kv/*.h5)}
+  for f in $files; do
+    t0=$(date +%s)
+    timeout 300 "$BUILD/tq-bench" --check-dump "$f" --positions "${REAL_KV_POSITIONS:-256}" >> "$OUT/check_dump.txt" 2>&1
+    rc=$?
+    echo "check-dump $(basename "$f"): exit $rc in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/check_dump.txt")"
+    [ $rc -eq 0 ] || status=1
+  done
 fi
 
 if has profile; then

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "buffer.h"
 #include "tq/cuda/check.h"
 #include "tq/cuda/dequant.h"
 #include "tq/cuda/kernel_format.h"
@@ -21,20 +22,6 @@
 namespace tq::cuda {
 
 namespace {
-
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t n) {
-    if (n) TQ_CUDA_CHECK(cudaMalloc(&p, n));
-  }
-  ~Buf() {
-    if (p) cudaFree(p);
-  }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
 
 // Warm-up, then `reps` launches each between two events; launch(i) gets the rep index.
 Timing time_launches(const BenchOptions& o, const std::function<void(int)>& launch) {

@@ -80,10 +80,53 @@ expect_rc 2
 expect_err "is not a length in 1 … 1073741824"
 expect_empty_out
 
+# --check-dump: the file, --layers, --positions and --format are checked before any GPU is looked for
+DUMP=$SRC/tests/data/kv/smollm2_256.h5
+run "$BIN" --check-dump "$TMP/missing.h5"
+expect_rc 2
+expect_err "missing.h5: cannot open"
+expect_empty_out
+
+printf 'not an hdf5 file' > "$TMP/bad.h5"
+run "$BIN" --check-dump "$TMP/bad.h5"
+expect_rc 2
+expect_err "not an HDF5 file"
+expect_empty_out
+
+run "$BIN" --check-dump "$DUMP" --layers 5
+expect_rc 2
+expect_err "layer 5 is not in"
+expect_empty_out
+
+run "$BIN" --check-dump "$DUMP" --layers 30
+expect_rc 2
+expect_err "out of range"
+expect_empty_out
+
+run "$BIN" --check-dump "$DUMP" --positions 0
+expect_rc 2
+expect_err "--positions 0 must be"
+expect_empty_out
+
+run "$BIN" --check-dump "$DUMP" --format no_such_format
+expect_rc 2
+expect_err "unknown format 'no_such_format'"
+expect_empty_out
+
+run "$BIN" --layers 0,18
+expect_rc 2
+expect_err "requires --check-dump"
+expect_empty_out
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   run "$BIN" --format turboquant_4bit_nc --batch 1 --ctx 64
   expect_rc 2
   expect_err "use --cpu"
+  expect_empty_out
+
+  run "$BIN" --check-dump "$DUMP" --layers 18
+  expect_rc 2
+  expect_err "--check-dump runs the GPU kernels"
   expect_empty_out
 fi
 finish
