@@ -255,7 +255,7 @@ int run_gpu(const Args& a) {
     j.set("copy_gbps", copy.gbps);
     j.set("copy_bytes", double(copy.bytes));
     std::vector<std::string> row = {planes ? name + " [planes]" : name, std::to_string(f.slot_bytes())};
-    if (tq::cuda::decode_support(kf).empty()) {
+    if (const std::string why = tq::cuda::decode_shape_support(kf, sl); why.empty()) {
       const auto d = tq::cuda::bench_decode(f, sl, o);
       tq::Json dj = timing_json(d.t);
       dj.set("kv_bytes", double(d.kv_bytes));
@@ -280,8 +280,8 @@ int run_gpu(const Args& a) {
                              fmt::format("{:.2f}", base.t.median_ms / d.t.median_ms),
                              std::to_string(d.plan.num_splits)});
     } else {
-      j.set("decode", tq::cuda::decode_support(kf));
-      no_decode.push_back(tq::cuda::decode_support(kf));
+      j.set("decode", why);
+      no_decode.push_back(why);
       row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
     }
     const auto st = tq::cuda::bench_store(f, sl, store_tokens, o);

@@ -1439,14 +1439,22 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
 // Heads per CTA, warps per head and ring depth shared by both decode planners.
 // plan.smem_bytes is the dynamic part (ring + fixed_dyn); static_smem counts toward
 // the limits. The quantized kernel streams min(n_kv_heads, 8) heads per CTA with
-// 8/heads warps per head; with flexible_heads (FP16 kernel) a shape whose stage
+// cta_warps/heads warps per head — or, for n_kv_heads > 8 and not a multiple of 8 (Phi-3-medium,
+// Phi-4: 10), all n_kv_heads ≤ cta_warps of a page in one copy, one warp each
+// (decode_can_implement); with flexible_heads (FP16 kernel) a shape whose stage
 // does not fit twice (d = 256: 128 KB per 8-head stage) falls back to fewer warps
 // per head, then to fewer heads per CTA (a divisor of n_kv_heads).
 void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
                  int two_cta_min_stages, int cta_warps) {
   constexpr int kSmemPerSm = 228 * 1024, kReserved = 1024;  // H200: 228 KB per SM, 227 KB per block
-  const int h0 = n_kv_heads <= 8 ? n_kv_heads : 8;
+  int h0 = n_kv_heads <= 8 || n_kv_heads % 8 == 0 ? std::min(n_kv_heads, 8) : n_kv_heads;
+  if (h0 > 8 && flexible_heads) {  // the largest divisor ≤ 8 of n_kv_heads whose CTA has the most warps (10: 2 × 4)
+    int best = 0;
+    for (int d = 8; d >= 1; --d)
+      if (n_kv_heads % d == 0 && d * (cta_warps / d) > best) best = d * (cta_warps / d), h0 = d;
+  }
+  if (h0 > cta_warps) throw_error("paged decode: more heads per CTA than warps (internal: see decode_can_implement)");
   stages = 0;
   for (int hpc = h0; hpc >= 1 && !stages; --hpc) {
     if (n_kv_heads % hpc || (hpc != h0 && !flexible_heads)) continue;
@@ -1515,6 +1523,12 @@ RingLayout ring_layout(int hpc, int wph, int stages) {
     r.dyn_bytes = pieces * half + qbytes;
   }
   return r;
+}
+
+int decode_cta_warps(const KernelFormat& f) {
+  int warps = 0;
+  dispatch_decode_format(f, [&](auto cfg) { warps = QCfg<decltype(cfg)>::kCtaWarps; });
+  return warps;
 }
 
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {

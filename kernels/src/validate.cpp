@@ -13,6 +13,9 @@
 
 namespace tq::cuda {
 
+// Warps per CTA of the format's quantized decode kernel (decode.cu: QCfg::kCtaWarps).
+int decode_cta_warps(const KernelFormat& f);
+
 namespace {
 
 bool valid_block_size(int b) { return b == 16 || b == 32 || b == 64 || b == 128; }
@@ -47,8 +50,6 @@ std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, c
   if (!p.query || !p.out) return fmt::format("{}: query or out is null", who);
   if (p.n_q_heads < 1 || p.n_q_heads % n_kv_heads)
     return fmt::format("{}: n_q_heads {} must be a positive multiple of n_kv_heads {}", who, p.n_q_heads, n_kv_heads);
-  if (n_kv_heads > 8 && n_kv_heads % 8)
-    return fmt::format("{}: n_kv_heads {} not supported (≤ 8, or a multiple of 8)", who, n_kv_heads);
   if (!is_aligned(p.query, 4) || p.q_stride_batch % 2 || p.q_stride_head % 2 || p.q_stride_head < head_dim)
     return fmt::format("{}: query must be 4-byte aligned with even strides ≥ head_dim (got {}, {})", who,
                        p.q_stride_batch, p.q_stride_head);
@@ -101,6 +102,16 @@ std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p)
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p) {
   if (auto e = decode_support(f); !e.empty()) return "paged_decode: " + e;
   if (auto e = check_cache("paged_decode", f, cache); !e.empty()) return e;
+  // heads per CTA (plan_layout): n_kv_heads ≤ 8; 8 (per-token copies of 8 heads' slots, which
+  // need 8 · slot_bytes % 16 == 0: true for even slots); or all n_kv_heads of a page in one copy,
+  // one warp each, so ≤ the kernel's warps (5 heads' runs of 134-byte slots are not 16-byte
+  // multiples: TMA cannot copy them)
+  const int hkv = cache.n_kv_heads, warps = decode_cta_warps(f);
+  if (hkv > 8 && hkv % 8 && hkv > warps)
+    return warps > 8 ? fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8, a multiple of 8, or ≤ {}: "
+                                   "one warp per head)", hkv, f.name, warps)
+                     : fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8 or a multiple of 8: its "
+                                   "kernel has 8 warps)", hkv, f.name);
   return check_decode_common("paged_decode", f.head_dim, cache.n_kv_heads, p);
 }
 

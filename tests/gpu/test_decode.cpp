@@ -408,6 +408,79 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 16, 20 and head layouts", "[deco
     }
 }
 
+TEST_CASE("decode: n_kv_heads neither ≤ 8 nor a multiple of 8 (Phi-3-medium / Phi-4: 10)", "[decode]") {
+  struct H {
+    int hq, hkv, d;
+  };
+  // The 16-warp kernels (mse / turbo keys, head_dim ≤ 128) stream all heads of a page in
+  // one copy, one warp each: (40,10) = Phi-4's G=4, (12,12) G=1, (160,10) G=16 (two slices),
+  // (30,10) at d 64, (26,13); the FP16 baseline takes the largest divisor of n_kv_heads with
+  // 8 warps per CTA: 10 → 2 heads × 4 warps, 12 → 4 × 2, 13 → 1 × 8.
+  for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
+                          std::string("turboquant_3bit_nc"), std::string("turbo2"), std::string("turbo3"),
+                          std::string("turbo4"), std::string("f16")})
+    for (const H h : {H{40, 10, 128}, H{12, 12, 128}, H{160, 10, 128}, H{30, 10, 64}, H{26, 13, 128}}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.d = h.d;
+      c.lens = {5, 300, 2049};
+      c.seed = uint64_t(h.hq * 100 + h.hkv + h.d);
+      run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+        INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d);
+        if (fmt != "f16") {
+          REQUIRE(plan.heads_per_cta == h.hkv);
+          REQUIRE(plan.head_groups == 1);
+          REQUIRE(plan.warps_per_head == 1);
+        } else {
+          REQUIRE(plan.heads_per_cta == (h.hkv == 10 ? 2 : h.hkv == 12 ? 4 : 1));
+          REQUIRE(plan.heads_per_cta * plan.warps_per_head == 8);
+        }
+        REQUIRE(plan.heads_per_cta * plan.head_groups == h.hkv);
+        REQUIRE(plan.query_passes == (h.hq / h.hkv + 7) / 8);
+      });
+    }
+  // the plane layout
+  for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc")}) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.hq = 40;
+    c.hkv = 10;
+    c.planes = true;
+    c.lens = {17, 1000};
+    run_decode(c);
+  }
+}
+
+TEST_CASE("launchers: n_kv_heads the decode kernels cannot stream are refused by name", "[api][quick]") {
+  // 8-warp kernels (fp8 keys, turbo4-qjl, head_dim 256) take ≤ 8 heads per CTA, and 5 or 2
+  // heads' slots are not 16-byte runs; 17 heads exceed the 16-warp kernels' warps.
+  struct R {
+    const char* fmt;
+    int d, hkv;
+  };
+  for (const R r : {R{"turboquant_k8v4", 128, 10}, R{"turbo4-qjl", 128, 10}, R{"turboquant_4bit_nc", 256, 10},
+                    R{"turboquant_4bit_nc", 128, 17}, R{"turbo4", 128, 20}}) {
+    const auto kf = tq::cuda::kernel_format(tq::make_format(r.fmt, r.d));
+    DevMem cache(16 * 16 * size_t(r.hkv) * size_t(kf.slot_bytes)), q(2 * size_t(r.hkv) * r.d * 2), tab(64), lens(64);
+    const tq::cuda::PagedCache pc{cache.as<uint8_t>(), 16, 16, r.hkv, kf.slot_bytes, tq::cuda::CacheLayout::vllm};
+    tq::cuda::DecodeParams p;
+    p.query = p.out = q.as();
+    p.q_stride_batch = p.o_stride_batch = int64_t(2 * r.hkv) * r.d;
+    p.q_stride_head = p.o_stride_head = r.d;
+    p.n_q_heads = 2 * r.hkv;
+    p.attn_scale = 0.1f;
+    p.blocks = {tab.as<int32_t>(), 4, lens.as<int32_t>(), 1};
+    p.max_seq_len = 16;
+    INFO(r.fmt << " d=" << r.d << " hkv=" << r.hkv);
+    const std::string why = tq::cuda::decode_can_implement(kf, pc, p);
+    REQUIRE_THAT(why, Catch::Matchers::Contains("n_kv_heads " + std::to_string(r.hkv) + " not supported") &&
+                          Catch::Matchers::Contains(r.fmt));
+    REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Catch::Matchers::Contains("n_kv_heads"));
+  }
+}
+
 TEST_CASE("decode: long contexts up to 32K and batch 64", "[decode]") {
   for (const auto& fmt : kDecodeFormats) {
     DecodeCase c;
@@ -533,6 +606,12 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: the compile-time-heads slice kernels)
     c.hkv = 8;
     run_decode(c);
+    if (fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // 10 kv heads in one CTA (the 8-warp kernels refuse)
+      c.hq = 40;
+      c.hkv = 10;
+      c.lens = {17, 40};
+      run_decode(c);
+    }
   }
 }
 
