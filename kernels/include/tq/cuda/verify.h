@@ -49,7 +49,10 @@ struct DumpCheck {
   double decode_rel = 0;  // largest relative error over (position, q head)
   int worst_position = -1, worst_head = -1;
   int splits = 0, parts = 0;
-  std::string not_run;  // why the kernels were not run (no kernel for this format / shape); empty if run
+  // why the kernels were not run (no store/dequant kernel for this format), or — with slots > 0,
+  // after the store and dequant checks — why the decode was not (no decode kernel, a shape it
+  // refuses); empty if everything ran
+  std::string not_run;
 
   bool passed(double tolerance) const {
     return not_run.empty() && store_mismatches == 0 && dequant_mismatches == 0 && decoded && decode_rel <= tolerance;
