@@ -255,7 +255,9 @@ int run_gpu(const Args& a) {
     j.set("copy_gbps", copy.gbps);
     j.set("copy_bytes", double(copy.bytes));
     std::vector<std::string> row = {planes ? name + " [planes]" : name, std::to_string(f.slot_bytes())};
-    if (const std::string why = tq::cuda::decode_shape_support(kf, sl); why.empty()) {
+    std::string why = tq::cuda::decode_support(kf);
+    if (why.empty()) why = tq::cuda::decode_heads_support(kf, a.kv_heads);
+    if (why.empty()) {
       const auto d = tq::cuda::bench_decode(f, sl, o);
       tq::Json dj = timing_json(d.t);
       dj.set("kv_bytes", double(d.kv_bytes));

@@ -83,7 +83,7 @@ std::vector<int32_t> block_tables(const BenchShape& s, int pages_per_seq) {
     for (auto& v : t) v %= BenchShape::kResidentBlocks;
   if (s.pages != BenchShape::Pages::shuffled) return t;
   Rng rng(1);
-  for (size_t i = t.size(); i > 1; --i) std::swap(t[i - 1], t[size_t(rng.below(i))]);
+  shuffle(t, rng);
   return t;
 }
 
@@ -240,24 +240,6 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
   return r;
 }
 
-std::string decode_shape_support(const KernelFormat& kf, const BenchShape& s) {
-  if (auto why = decode_support(kf); !why.empty()) return why;
-  // the checks read only the shape, the strides and whether pointers are set and aligned
-  alignas(16) static uint8_t dummy[16];
-  const PagedCache pc{dummy, 1, s.block_size, s.n_kv_heads, kf.slot_bytes,
-                      s.planes ? CacheLayout::planes : CacheLayout::vllm};
-  DecodeParams p;
-  p.query = p.out = dummy;
-  p.q_stride_batch = p.o_stride_batch = int64_t(s.n_q_heads) * s.head_dim;
-  p.q_stride_head = p.o_stride_head = s.head_dim;
-  p.n_q_heads = s.n_q_heads;
-  p.attn_scale = 1.f;
-  p.blocks = {reinterpret_cast<const int32_t*>(dummy), 1, reinterpret_cast<const int32_t*>(dummy), s.batch};
-  p.num_splits = s.num_splits;
-  p.max_seq_len = s.ctx;
-  return decode_can_implement(kf, pc, p);
-}
-
 DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
   check_shape(s);
   const int pages = seq_pages(s);
@@ -332,7 +314,7 @@ StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, c
   std::vector<int64_t> slots(static_cast<size_t>(tokens));
   std::iota(slots.begin(), slots.end(), 0);
   Rng rng(3);
-  for (size_t i = slots.size(); i > 1; --i) std::swap(slots[i - 1], slots[size_t(rng.below(i))]);
+  shuffle(slots, rng);
   TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice));
   const StoreParams sp = StoreParams::contiguous(
       k.p, v.p, map.as<int64_t>(), int(tokens), s.head_dim,

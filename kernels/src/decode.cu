@@ -1438,23 +1438,17 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
 
 // Heads per CTA, warps per head and ring depth shared by both decode planners.
 // plan.smem_bytes is the dynamic part (ring + fixed_dyn); static_smem counts toward
-// the limits. The quantized kernel streams min(n_kv_heads, 8) heads per CTA with
-// cta_warps/heads warps per head — or, for n_kv_heads > 8 and not a multiple of 8 (Phi-3-medium,
-// Phi-4: 10), all n_kv_heads ≤ cta_warps of a page in one copy, one warp each
-// (decode_can_implement); with flexible_heads (FP16 kernel) a shape whose stage
-// does not fit twice (d = 256: 128 KB per 8-head stage) falls back to fewer warps
-// per head, then to fewer heads per CTA (a divisor of n_kv_heads).
-void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
-                 int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
-                 int two_cta_min_stages, int cta_warps) {
+// the limits. The planner picks the heads per CTA (decode_heads_per_cta, FP16:
+// f16_heads_per_cta) and gets cta_warps/heads warps per head; with flexible_heads (FP16
+// kernel) a shape whose stage does not fit twice (d = 256: 128 KB per 8-head stage) falls
+// back to fewer warps per head, then to fewer heads per CTA (a divisor of n_kv_heads).
+void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn,
+                 int static_smem, int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages,
+                 bool flexible_heads, int two_cta_min_stages, int cta_warps) {
   constexpr int kSmemPerSm = 228 * 1024, kReserved = 1024;  // H200: 228 KB per SM, 227 KB per block
-  int h0 = n_kv_heads <= 8 || n_kv_heads % 8 == 0 ? std::min(n_kv_heads, 8) : n_kv_heads;
-  if (h0 > 8 && flexible_heads) {  // the largest divisor ≤ 8 of n_kv_heads whose CTA has the most warps (10: 2 × 4)
-    int best = 0;
-    for (int d = 8; d >= 1; --d)
-      if (n_kv_heads % d == 0 && d * (cta_warps / d) > best) best = d * (cta_warps / d), h0 = d;
-  }
-  if (h0 > cta_warps) throw_error("paged decode: more heads per CTA than warps (internal: see decode_can_implement)");
+  const int h0 = first_heads;
+  if (h0 < 1 || h0 > cta_warps || n_kv_heads % h0)
+    throw_error("paged decode: heads per CTA do not fit this shape (internal: see decode_can_implement)");
   stages = 0;
   for (int hpc = h0; hpc >= 1 && !stages; --hpc) {
     if (n_kv_heads % hpc || (hpc != h0 && !flexible_heads)) continue;
@@ -1531,6 +1525,17 @@ int decode_cta_warps(const KernelFormat& f) {
   return warps;
 }
 
+// Heads per CTA of the quantized decode (0: it cannot stream n_kv_heads): all of them up to
+// 8; 8 (per-token copies of 8 heads' slots: 8 · slot bytes is a multiple of 16 for even
+// slots); or all n_kv_heads ≤ the kernel's warps (Phi-3-medium, Phi-4: 10) in one copy of the
+// page, one warp each — 5 or 2 heads' runs of 134-byte slots are not 16-byte multiples, which
+// TMA cannot copy.
+int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
+  if (n_kv_heads <= 8) return n_kv_heads;
+  if (n_kv_heads % 8 == 0) return 8;
+  return n_kv_heads <= decode_cta_warps(f) ? n_kv_heads : 0;
+}
+
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
   const std::string why = decode_can_implement(f, cache, p);
   if (!why.empty()) throw_error(why.c_str());
@@ -1544,7 +1549,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     // LUT (not wide), barriers, centroids
     const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
     const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + Q::kSignLutEntries * 8 + 8 * 2 * kMaxStages + 64;
-    plan_layout(cache.n_kv_heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
+    plan_layout(cache.n_kv_heads, decode_heads_per_cta(f, cache.n_kv_heads), kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
       const int optin = decode_device_smem_optin();

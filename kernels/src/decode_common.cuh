@@ -321,9 +321,10 @@ struct DecodePlan;
 struct DecodeParams;
 // Heads per CTA, warps per head, ring depth and shared memory of a plan: a stage
 // holds warps_per_head sub-tiles of sub_tokens tokens × heads_per_cta heads
-// (heads_per_cta · warps_per_head ≤ cta_warps); two CTAs per SM need
+// (heads_per_cta · warps_per_head ≤ cta_warps; heads_per_cta = first_heads, the planner's
+// choice, or with flexible_heads a smaller divisor of n_kv_heads); two CTAs per SM need
 // ≥ two_cta_min_stages stages, else one CTA takes the deepest ring.
-void plan_layout(int n_kv_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
+void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
                  int two_cta_min_stages, int cta_warps);
 // Split count (fixed or auto), parts and workspace size of a plan.

@@ -197,6 +197,17 @@ void dispatch_f16(int d, Fn&& fn) {
   }
 }
 
+// Heads per CTA the FP16 planner starts from: min(n_kv_heads, 8) when that divides it, else the
+// divisor ≤ 8 whose CTA has the most of its 8 warps, the larger on a tie (10: 2 heads × 4 warps;
+// 5 × 1 ran at 63% of copy, kernels.md run 28b).
+int f16_heads_per_cta(int n_kv_heads) {
+  if (n_kv_heads <= 8 || n_kv_heads % 8 == 0) return std::min(n_kv_heads, 8);
+  int heads = 1, best = 0;
+  for (int d = 8; d >= 1; --d)
+    if (n_kv_heads % d == 0 && d * (8 / d) > best) best = d * (8 / d), heads = d;
+  return heads;
+}
+
 }  // namespace
 
 DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, int sm_count) {
@@ -207,7 +218,8 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, in
   dispatch_f16(cache.head_dim, [&](auto dc) {
     constexpr int D = decltype(dc)::value;
     int stage_bytes = 0, stages = 0;
-    plan_layout(cache.n_kv_heads, 16, 4 * D, 0, 0, decode_device_smem_optin(), plan, stage_bytes, stages, true, 3, 8);
+    plan_layout(cache.n_kv_heads, f16_heads_per_cta(cache.n_kv_heads), 16, 4 * D, 0, 0, decode_device_smem_optin(),
+                plan, stage_bytes, stages, true, 3, 8);
     TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
     int occ = 0;
     TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D, false>, plan.threads, plan.smem_bytes));

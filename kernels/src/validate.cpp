@@ -13,8 +13,10 @@
 
 namespace tq::cuda {
 
-// Warps per CTA of the format's quantized decode kernel (decode.cu: QCfg::kCtaWarps).
+// decode.cu: warps per CTA of the format's quantized decode kernel (QCfg::kCtaWarps), and the
+// heads per CTA it streams n_kv_heads with (0: none)
 int decode_cta_warps(const KernelFormat& f);
+int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads);
 
 namespace {
 
@@ -99,19 +101,19 @@ std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p)
   return {};
 }
 
+std::string decode_heads_support(const KernelFormat& f, int n_kv_heads) {
+  if (n_kv_heads < 1 || decode_heads_per_cta(f, n_kv_heads)) return {};  // (< 1: check_cache's message)
+  const int warps = decode_cta_warps(f);
+  return warps > 8 ? fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8, a multiple of 8, or ≤ {}: "
+                                 "one warp per head)", n_kv_heads, f.name, warps)
+                   : fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8 or a multiple of 8: its "
+                                 "kernel has 8 warps)", n_kv_heads, f.name);
+}
+
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p) {
   if (auto e = decode_support(f); !e.empty()) return "paged_decode: " + e;
   if (auto e = check_cache("paged_decode", f, cache); !e.empty()) return e;
-  // heads per CTA (plan_layout): n_kv_heads ≤ 8; 8 (per-token copies of 8 heads' slots, which
-  // need 8 · slot_bytes % 16 == 0: true for even slots); or all n_kv_heads of a page in one copy,
-  // one warp each, so ≤ the kernel's warps (5 heads' runs of 134-byte slots are not 16-byte
-  // multiples: TMA cannot copy them)
-  const int hkv = cache.n_kv_heads, warps = decode_cta_warps(f);
-  if (hkv > 8 && hkv % 8 && hkv > warps)
-    return warps > 8 ? fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8, a multiple of 8, or ≤ {}: "
-                                   "one warp per head)", hkv, f.name, warps)
-                     : fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8 or a multiple of 8: its "
-                                   "kernel has 8 warps)", hkv, f.name);
+  if (auto e = decode_heads_support(f, cache.n_kv_heads); !e.empty()) return e;
   return check_decode_common("paged_decode", f.head_dim, cache.n_kv_heads, p);
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -18,6 +17,7 @@
 #include "tq/float_formats.h"
 #include "tq/format.h"
 #include "tq/kv_dump.h"
+#include "tq/parallel.h"
 #include "tq/rng.h"
 
 namespace tq::cuda {
@@ -40,18 +40,6 @@ std::vector<float> to_float(const std::vector<uint16_t>& h) {
   std::vector<float> f(h.size());
   for (size_t i = 0; i < h.size(); ++i) f[i] = half_to_float(h[i]);
   return f;
-}
-
-// fn(i) for i in [0, n) over the machine's cores (each i independent; results in place).
-template <class Fn>
-void parallel_for(int n, Fn&& fn) {
-  const int threads = std::max(1, std::min<int>(n, int(std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool;
-  for (int w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (int i = w; i < n; i += threads) fn(i);
-    });
-  for (auto& t : pool) t.join();
 }
 
 }  // namespace
@@ -107,7 +95,7 @@ DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_h
   std::vector<int32_t> row(static_cast<size_t>(pages));
   std::iota(row.begin(), row.end(), 0);
   Rng rng(o.seed);
-  for (size_t i = row.size(); i > 1; --i) std::swap(row[i - 1], row[size_t(rng.below(i))]);
+  shuffle(row, rng);
   auto slot_of = [&](int64_t t) { return int64_t(row[size_t(t / bs)]) * bs + t % bs; };
   std::vector<int32_t> table(size_t(P) * pages);
   for (int i = 0; i < P; ++i) std::copy(row.begin(), row.end(), table.begin() + ptrdiff_t(i) * pages);
@@ -240,7 +228,8 @@ DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_h
   // float64 attention per (position, q head) over kref / vref
   std::vector<double> rel(size_t(P) * n_heads);
   const double scale = L.attn_scale;
-  parallel_for(P * n_heads, [&](int i) {
+  parallel_for(resolve_threads(0), int64_t(P) * n_heads, [&](int64_t task) {
+    const int i = int(task);
     const int pi = i / n_heads, qhd = i % n_heads, kvh = qhd / G, n = lens[size_t(pi)];
     std::vector<double> qd(static_cast<size_t>(D)), s(static_cast<size_t>(n)), acc(static_cast<size_t>(D), 0.0);
     for (int j = 0; j < D; ++j) qd[size_t(j)] = half_to_float(qh[size_t(i) * D + j]);

@@ -7,7 +7,9 @@
 // IEEE +,−,×,÷ only (det_log), never std:: distributions or libm's log.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace tq {
 
@@ -30,6 +32,13 @@ class Rng {
 // Natural log computed with IEEE basic operations only (bit-reproducible).
 // Accurate to about 1 ulp for finite x > 0.
 double det_log(double x);
+
+// Fisher–Yates shuffle of a random-access container with rng.below (the same
+// permutation for the same seed on every machine).
+template <class Vec>
+void shuffle(Vec& v, Rng& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng.below(i))]);
+}
 
 // Seed derivation: a well-mixed child seed from (seed, stream id).
 uint64_t mix_seed(uint64_t seed, uint64_t stream);

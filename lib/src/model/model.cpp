@@ -1,18 +1,17 @@
 #include "tq/model.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <numbers>
-#include <thread>
 
 #include <Eigen/Dense>
 #include <fmt/format.h>
 
 #include "tq/error.h"
 #include "tq/gguf.h"
+#include "tq/parallel.h"
 #include "gemm.h"
 
 namespace tq {
@@ -20,31 +19,6 @@ namespace tq {
 namespace {
 
 using Vec = Eigen::VectorXf;
-
-int resolve_threads(int n) {
-  if (n > 0) return n;
-  const unsigned h = std::thread::hardware_concurrency();
-  return h == 0 ? 1 : int(std::min(h, 64u));
-}
-
-// Runs fn(task) for task in [0, n_tasks) on up to n_threads threads (the
-// calling thread included); tasks are handed out dynamically.
-void parallel_for(int n_threads, int64_t n_tasks, const std::function<void(int64_t)>& fn) {
-  const int t = int(std::min<int64_t>(n_threads, n_tasks));
-  if (t <= 1) {
-    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t i; (i = next.fetch_add(1)) < n_tasks;) fn(i);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(size_t(t - 1));
-  for (int i = 1; i < t; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-}
 
 // Y = X · Wᵀ (X [n, in], W [out, in] row-major, Y [n, out]); rows of X, or
 // for few rows the output columns, split across threads.

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "tq/cuda/decode.h"
@@ -70,9 +69,6 @@ struct DecodeBench {
   DecodePlan plan;
 };
 DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOptions& o);
-// Empty when the paged decode runs this format at this shape (decode_support, then the
-// launcher's shape checks: e.g. n_kv_heads), else why not; needs no device.
-std::string decode_shape_support(const KernelFormat& kf, const BenchShape& s);
 DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o);
 
 struct StoreBench {

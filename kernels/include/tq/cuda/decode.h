@@ -66,6 +66,10 @@ struct DecodePlan {
 };
 
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p);
+// The head-count part of decode_can_implement, for a format decode_support accepts: empty when
+// its kernel streams n_kv_heads kv heads (≤ 8, a multiple of 8, or ≤ 16 for the 16-warp
+// kernels: mse / turbo keys at head_dim ≤ 128), else why not.
+std::string decode_heads_support(const KernelFormat& f, int n_kv_heads);
 // sm_count 0: read from the current device.
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count = 0);
 // workspace: plan.workspace_bytes of device memory (may be null when 0), 16-byte aligned.
