@@ -19,6 +19,7 @@
 #include "tq/json.h"
 #include "tq/kv_dump.h"
 #include "tq/layer_list.h"
+#include "tq/model_shapes.h"
 #include "tq/rng.h"
 #include "tq/table.h"
 #ifdef TQ_HAVE_CUDA
@@ -46,6 +47,8 @@ struct Args {
   std::string layers = "all";  // its layers
   int positions = 128;        // query positions decoded per layer
   bool formats_given = false;
+  std::string model;  // --model NAME: the shape of a known model
+  bool list_models = false;
 };
 
 int64_t total_tokens(const Args& a) {
@@ -55,12 +58,57 @@ int64_t total_tokens(const Args& a) {
   return n;
 }
 
+// --model: one sequence's KV cache over all the model's layers, per format (bytes), and the
+// lines that print it; empty without --model.
+struct ModelMemory {
+  std::string name;
+  double bytes = 0, f16_bytes = 0;
+};
+std::vector<ModelMemory> model_memory(const Args& a, const std::vector<std::string>& names) {
+  std::vector<ModelMemory> out;
+  if (a.model.empty()) return out;
+  const tq::ModelShape& m = tq::find_model_shape(a.model);
+  const double per_head = double(tq::cached_tokens_all_layers(m, a.ctx)) * m.kv_heads;
+  for (const auto& n : names) {
+    if (n == "f16") continue;
+    out.push_back({n, per_head * tq::make_format(n, a.head_dim).slot_bytes(), per_head * 4.0 * a.head_dim});
+  }
+  return out;
+}
+void print_model_memory(const Args& a, const std::vector<ModelMemory>& mem) {
+  if (mem.empty()) return;
+  const tq::ModelShape& m = tq::find_model_shape(a.model);
+  std::printf("KV cache of one %d-token sequence over all %d layers of %s%s: f16 %.3f GB\n", a.ctx, m.layers,
+              std::string(m.name).c_str(),
+              m.sliding_layers ? fmt::format(" (its {} windowed layers keep {} tokens)", m.sliding_layers,
+                                             std::min(a.ctx, m.window)).c_str()
+                               : "",
+              mem.front().f16_bytes / 1e9);
+  for (const auto& x : mem)
+    std::printf("  %-28s %.3f GB (%.2fx smaller)\n", x.name.c_str(), x.bytes / 1e9, x.f16_bytes / x.bytes);
+}
+tq::Json model_json(const Args& a, const ModelMemory* mem) {
+  const tq::ModelShape& m = tq::find_model_shape(a.model);
+  tq::Json j = tq::Json::object();
+  j.set("name", std::string(m.name));
+  j.set("source", std::string(m.source));
+  j.set("layers", m.layers);
+  j.set("sliding_layers", m.sliding_layers);
+  j.set("window", m.window);
+  if (mem) {
+    j.set("kv_bytes_per_seq", mem->bytes);  // one ctx-token sequence, every layer
+    j.set("f16_kv_bytes_per_seq", mem->f16_bytes);
+  }
+  return j;
+}
+
 std::string shape_text(const Args& a) {
   const std::string tokens =
       a.seq_lens.empty() ? fmt::format("ctx {}", a.ctx)
                          : fmt::format("seq_lens {} ({} tokens, longest {})", a.seq_lens_spec, total_tokens(a), a.ctx);
-  return fmt::format("batch {}, q_heads {}, kv_heads {}, head_dim {}, {}, block_size {}, {} pages", a.batch, a.q_heads,
-                     a.kv_heads, a.head_dim, tokens, a.block_size, a.pages);
+  return fmt::format("{}batch {}, q_heads {}, kv_heads {}, head_dim {}, {}, block_size {}, {} pages",
+                     a.model.empty() ? "" : "model " + a.model + ": ", a.batch, a.q_heads, a.kv_heads, a.head_dim,
+                     tokens, a.block_size, a.pages);
 }
 
 int parse_len(const std::string& text, const std::string& spec) {
@@ -109,6 +157,35 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+int list_models(bool json) {
+  if (json) {
+    tq::Json rows = tq::Json::array();
+    for (const tq::ModelShape& m : tq::model_shapes()) {
+      tq::Json j = tq::Json::object();
+      j.set("name", std::string(m.name));
+      j.set("source", std::string(m.source));
+      j.set("q_heads", m.q_heads);
+      j.set("kv_heads", m.kv_heads);
+      j.set("head_dim", m.head_dim);
+      j.set("layers", m.layers);
+      j.set("sliding_layers", m.sliding_layers);
+      j.set("window", m.window);
+      rows.push(std::move(j));
+    }
+    std::printf("%s\n", rows.dump(2).c_str());
+    return 0;
+  }
+  tq::Table t({"model", "q_heads", "kv_heads", "group", "head_dim", "layers", "windowed", "config"});
+  for (const tq::ModelShape& m : tq::model_shapes())
+    t.add({std::string(m.name), std::to_string(m.q_heads), std::to_string(m.kv_heads),
+           std::to_string(m.q_heads / m.kv_heads), std::to_string(m.head_dim), std::to_string(m.layers),
+           m.sliding_layers ? fmt::format("{} x {}", m.sliding_layers, m.window) : "-", std::string(m.source)});
+  std::printf("tq-bench --model NAME: attention shapes from each model's published config "
+              "(windowed: layers x sliding-window tokens)\n%s",
+              t.text().c_str());
+  return 0;
+}
+
 // ---- CPU reference timing (single thread) ----
 int run_cpu(const Args& a) {
   const auto names = tq::expand_format_names(a.formats);
@@ -123,6 +200,7 @@ int run_cpu(const Args& a) {
   for (auto& x : k) x = float(rng.gaussian());
   for (auto& x : v) x = float(0.3 + rng.gaussian());
   for (auto& x : q) x = float(rng.gaussian());
+  const auto mem = model_memory(a, names);
   tq::Json rows = tq::Json::array();
   tq::Table table({"format", "slot_B", "encode_Mvec/s", "dequant_Mvec/s", "decode_ms(1 head, T tok)", "T",
                    "decode_est_ms(full shape)"});
@@ -151,6 +229,10 @@ int run_cpu(const Args& a) {
     j.set("decode_tokens", nd);
     j.set("decode_ms_one_head", dec_s * 1e3);
     j.set("decode_est_ms_full_shape", est_ms);
+    if (!a.model.empty()) {
+      const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == name; });
+      j.set("model", model_json(a, it == mem.end() ? nullptr : &*it));
+    }
     rows.push(std::move(j));
     table.add({name, std::to_string(f.slot_bytes()), fmt::format("{:.2f}", double(n_enc) / enc_s / 1e6),
                fmt::format("{:.2f}", double(n_enc) / deq_s / 1e6), fmt::format("{:.3f}", dec_s * 1e3),
@@ -161,6 +243,7 @@ int run_cpu(const Args& a) {
   } else {
     std::printf("tq-bench --cpu (single thread, CPU reference codecs), %s\n%s", shape_text(a).c_str(),
                 table.text().c_str());
+    print_model_memory(a, mem);
   }
   return 0;
 }
@@ -168,6 +251,7 @@ int run_cpu(const Args& a) {
 #ifdef TQ_HAVE_CUDA
 int run_gpu(const Args& a) {
   const auto names = tq::expand_format_names(a.formats);
+  const auto mem = model_memory(a, names);  // (unknown names and head_dims: errors before any GPU work)
   tq::cuda::BenchShape s;
   s.batch = a.batch;
   s.n_q_heads = a.q_heads;
@@ -254,6 +338,10 @@ int run_gpu(const Args& a) {
     j.set("slot_bytes", f.slot_bytes());
     j.set("copy_gbps", copy.gbps);
     j.set("copy_bytes", double(copy.bytes));
+    if (!a.model.empty()) {
+      const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == name; });
+      j.set("model", model_json(a, it == mem.end() ? nullptr : &*it));
+    }
     std::vector<std::string> row = {planes ? name + " [planes]" : name, std::to_string(f.slot_bytes())};
     std::string why = tq::cuda::decode_support(kf);
     if (why.empty()) why = tq::cuda::decode_heads_support(kf, a.kv_heads);
@@ -329,6 +417,7 @@ int run_gpu(const Args& a) {
     std::printf("store: %lld tokens per launch; %stimes are medians of %d launches (CUDA events)\n%s",
                 static_cast<long long>(store_tokens), deq_note.c_str(), a.reps, table.text().c_str());
     for (const auto& why : no_decode) std::printf("decode not timed: %s\n", why.c_str());
+    print_model_memory(a, mem);
   }
   return 0;
 }
@@ -467,6 +556,10 @@ int main(int argc, char** argv) {
   app.add_option("--q-heads", a.q_heads, "query heads")->capture_default_str();
   app.add_option("--kv-heads", a.kv_heads, "kv heads")->capture_default_str();
   app.add_option("--head-dim", a.head_dim, "head dimension")->capture_default_str();
+  auto* model_opt = app.add_option("--model", a.model,
+                                   "the attention shape of a known model instead of --q-heads/--kv-heads/--head-dim "
+                                   "(see --list-models); also prints one sequence's KV cache over all its layers");
+  for (const char* o : {"--q-heads", "--kv-heads", "--head-dim"}) model_opt->excludes(app.get_option(o));
   auto* batch_opt = app.get_option("--batch");
   auto* ctx_opt = app.add_option("--ctx", a.ctx, "tokens per sequence")->capture_default_str();
   app.add_option("--seq-lens", a.seq_lens_spec,
@@ -499,10 +592,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", a.json, "JSON list, one object per format");
   app.add_flag("--cpu", a.cpu, "time the CPU reference codecs instead (any machine)");
   app.add_flag("--list-formats", a.list, "list the KV formats (with --head-dim, --json)");
+  app.add_flag("--list-models", a.list_models, "list the models --model knows (with --json)");
   auto* check_opt = app.add_option("--check-dump", a.check_dump,
                                    "instead of timing: check the store, dequant and decode kernels on a tq-dump file's "
                                    "real Q/K/V against the CPU encoder/decoder and a float64 attention (exit 1 if any "
                                    "check fails); default formats: every one with a GPU decode, plus the FP16 baseline");
+  model_opt->excludes(check_opt);
   app.add_option("--layers", a.layers, "--check-dump: layers to check (all, or a list like 0,5,28-29 / first2,last2)")
       ->needs(check_opt)
       ->capture_default_str();
@@ -517,6 +612,14 @@ int main(int argc, char** argv) {
       a.batch = int(a.seq_lens.size());
       a.ctx = *std::max_element(a.seq_lens.begin(), a.seq_lens.end());
     }
+    if (a.list_models) return list_models(a.json);
+    if (!a.model.empty()) {
+      const tq::ModelShape& m = tq::find_model_shape(a.model);
+      a.model = std::string(m.name);
+      a.q_heads = m.q_heads;
+      a.kv_heads = m.kv_heads;
+      a.head_dim = m.head_dim;
+    }
     if (a.list) {
       if (a.json) std::printf("%s\n", tq::list_formats_json(a.head_dim).dump(2).c_str());
       else std::fputs(tq::list_formats_text(a.head_dim).c_str(), stdout);
@@ -525,6 +628,8 @@ int main(int argc, char** argv) {
     a.formats_given = format_opt->count() > 0;
     if (!a.check_dump.empty()) return run_check_dump(a);
     if (a.cpu) return run_cpu(a);
+    // unknown format names and head_dims (e.g. --model phi-3-mini-4k: 96) are bad input on any machine
+    for (const auto& n : tq::expand_format_names(a.formats)) (void)tq::make_format(n, a.head_dim);
 #ifdef TQ_HAVE_CUDA
     if (tq::cuda::device_count() == 0)
       throw tq::Error("no CUDA device found: GPU benchmarks need one (use --cpu to time the CPU reference)");

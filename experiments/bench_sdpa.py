@@ -6,7 +6,8 @@ installed torch supports it (else K/V are expanded to Hq heads first, outside
 the timed region, and the bytes counted are the expanded ones actually read).
 CUDA events around each call; the median of --reps calls after --warmup; the
 K/V inputs rotate among enough copies to exceed 4x the L2 cache. Prints one
-JSON line: ms, GB/s on the K/V bytes, backend hints.
+JSON line per shape: ms, GB/s on the K/V bytes, backend hints. --shape B,HQ,HKV,D,N (repeatable)
+times several shapes in one process instead of --batch/--q-heads/--kv-heads/--head-dim/--ctx.
 """
 import argparse
 import json
@@ -25,10 +26,26 @@ def main():
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--shape", action="append", default=[], metavar="B,HQ,HKV,D,N")
     a = ap.parse_args()
+    shapes = [(a.batch, a.q_heads, a.kv_heads, a.head_dim, a.ctx)]
+    if a.shape:
+        shapes = []
+        for s in a.shape:
+            v = s.split(",")
+            if len(v) != 5 or not all(x.isdigit() and int(x) > 0 for x in v):
+                ap.error(f"--shape {s!r}: expected five positive integers B,HQ,HKV,D,N")
+            shapes.append(tuple(int(x) for x in v))
+    for B, Hq, Hkv, D, N in shapes:
+        if Hq % Hkv:
+            ap.error(f"q heads {Hq} must be a multiple of kv heads {Hkv}")
+        time_shape(a, B, Hq, Hkv, D, N)
+        torch.cuda.empty_cache()
+
+
+def time_shape(a, B, Hq, Hkv, D, N):
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    B, Hq, Hkv, D, N = a.batch, a.q_heads, a.kv_heads, a.head_dim, a.ctx
     kv_bytes = 2 * B * Hkv * N * D * 2
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     copies = max(2, min(8, -(-4 * l2 // kv_bytes)))

@@ -2,17 +2,21 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv (default: the first six)
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
 #        REAL_KV (realkv: tq-dump files for tq-bench --check-dump; default out/kv/*.h5, else
-#        tests/data/kv/*.h5), REAL_KV_POSITIONS (256)
+#        tests/data/kv/*.h5), REAL_KV_POSITIONS (256),
+#        MODELS (models: tq-bench --model names; default every listed model whose head_dim the
+#        formats take), MODEL_CTX ("4096 32768"), MODEL_BATCH (32), MODEL_FORMATS
+#        ("turboquant_4bit_nc turboquant_k3v4_nc turbo3")
 #
 # Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
 # report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
 # per tq-bench run: {ctx, pages, rows}), bench_text.txt, sdpa.jsonl, ncu.log, errors.log
-# (stderr of the benchmarks), check_dump.txt (realkv); a summary table is printed last.
+# (stderr of the benchmarks), check_dump.txt (realkv), models.jsonl + models_sdpa.jsonl (models:
+# decode of known models' shapes against our FP16 and SDPA); a summary table is printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
 # (Catch2 there; fmt and CLI11 as a fallback) come from .deps/ when present:
@@ -154,6 +158,35 @@ if has sdpa; then
       --head-dim 128 --ctx $ctx >> "$OUT/sdpa.jsonl" 2>> "$OUT/errors.log" ||
       { status=1; echo "sdpa ctx $ctx failed:"; tail -5 "$OUT/errors.log"; }
   done
+fi
+
+if has models; then
+  # Known models' attention shapes (tq-bench --model): the quantized decode against our FP16
+  # decode and SDPA on the same shape, and one sequence's KV cache over all the model's layers.
+  MODEL_CTX=${MODEL_CTX:-4096 32768}
+  MODEL_BATCH=${MODEL_BATCH:-32}
+  MODEL_FORMATS=${MODEL_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turbo3}
+  MF=$(for f in $MODEL_FORMATS; do printf -- '--format %s ' "$f"; done)
+  "$BUILD/tq-bench" --list-models --json > "$OUT/models_list.json" || { status=1; echo "tq-bench --list-models failed"; }
+  names=${MODELS:-$(python3 -c 'import json,sys; print(" ".join(m["name"] for m in json.load(open(sys.argv[1])) if m["head_dim"] in (64, 128, 256)))' "$OUT/models_list.json")}
+  : > "$OUT/models.jsonl"
+  shapes=()
+  for m in $names; do
+    for ctx in $MODEL_CTX; do
+      if timeout 120 "$BUILD/tq-bench" --model "$m" $MF --batch "$MODEL_BATCH" --ctx "$ctx" --dequant none --json \
+          > "$OUT/bench.tmp" 2>> "$OUT/errors.log"; then
+        python3 -c "import json,sys; print(json.dumps({'model': '$m', 'ctx': $ctx, 'rows': json.load(open(sys.argv[1]))}))" \
+          "$OUT/bench.tmp" >> "$OUT/models.jsonl"
+        shapes+=(--shape "$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))[0]; print(f\"{j['batch']},{j['q_heads']},{j['kv_heads']},{j['head_dim']},{j['ctx']}\")" "$OUT/bench.tmp")")
+      else
+        status=1; echo "tq-bench --model $m --ctx $ctx failed:"; tail -3 "$OUT/errors.log"
+      fi
+    done
+  done
+  rm -f "$OUT/bench.tmp"
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/experiments/bench_sdpa.py" "${shapes[@]}" > "$OUT/models_sdpa.jsonl" \
+    2>> "$OUT/errors.log" || { status=1; echo "sdpa (models) failed:"; tail -5 "$OUT/errors.log"; }
+  python3 "$ROOT/experiments/models_table.py" "$OUT/models.jsonl" "$OUT/models_sdpa.jsonl" || status=1
 fi
 
 # ---- summary (last) ----

@@ -80,6 +80,51 @@ expect_rc 2
 expect_err "is not a length in 1 … 1073741824"
 expect_empty_out
 
+# --model: a known model's shape; one sequence's KV cache over all its layers. Expected sizes
+# computed by hand: Llama 3.1 8B, 32 layers x 8 kv heads x 32768 tokens = 8388608 token-heads,
+# fp16 512 B each = 4294967296 B, 134-B slots = 1124073472 B; Gemma 3 27B keeps 1024 of 32768
+# tokens in 52 of its 62 layers: (10 x 32768 + 52 x 1024) x 16 heads x 512 B = 3120562176 B.
+run "$BIN" --list-models
+expect_rc 0
+expect_out "llama-3.1-70b  *64  *8  *8  *128  *80"
+expect_out "gemma-3-27b  *32  *16  *2  *128  *62  *52 x 1024"
+
+run "$BIN" --list-models --json
+expect_rc 0
+expect_json
+expect_out '"name": "phi-4"'
+
+run "$BIN" --cpu --model llama-3.1-8b --format turboquant_4bit_nc --batch 1 --ctx 32768
+expect_rc 0
+expect_out "model llama-3.1-8b: batch 1, q_heads 32, kv_heads 8, head_dim 128, ctx 32768"
+expect_out "over all 32 layers of llama-3.1-8b: f16 4.295 GB"
+expect_out "turboquant_4bit_nc  *1.124 GB (3.82x smaller)"
+
+run "$BIN" --cpu --model Gemma-3-27B --format turboquant_4bit_nc --batch 1 --ctx 32768
+expect_rc 0
+expect_out "(its 52 windowed layers keep 1024 tokens): f16 3.121 GB"
+
+run "$BIN" --cpu --model gemma-3-270m --format turboquant_4bit_nc --batch 1 --ctx 300 --json
+expect_rc 0
+expect_json
+expect_out '"kv_bytes_per_seq": 1414800'    # 18 layers x 300 tokens x 262-B slots (head_dim 256)
+expect_out '"f16_kv_bytes_per_seq": 5529600'  # 18 x 300 x 1024 B
+
+run "$BIN" --model no-such-model
+expect_rc 2
+expect_err "unknown model 'no-such-model' (known: llama-3.1-8b"
+expect_empty_out
+
+run "$BIN" --model phi-3-mini-4k --format turboquant_4bit_nc
+expect_rc 2
+expect_err "head_dim 96"
+expect_empty_out
+
+run "$BIN" --model llama-3.1-8b --kv-heads 4
+expect_rc 2
+expect_err "excludes"
+expect_empty_out
+
 # --check-dump: the file, --layers, --positions and --format are checked before any GPU is looked for
 DUMP=$SRC/tests/data/kv/smollm2_256.h5
 run "$BIN" --check-dump "$TMP/missing.h5"
