@@ -91,10 +91,14 @@ constexpr int kMaxStages = 4;
 
 // Wide-LUT kernels (QCfg::kWide): the LUT sits at shared address kLutAddr (64 KB
 // aligned, so an entry address is one PRMT of the code byte with kLutAddr | 4·lane),
-// ring pieces below it from the dynamic base and from kRingHi up. The dynamic base
-// (after the 1 KB system reserve and this kernel's static shared memory) is assumed
-// in [kBaseMin, kBaseMax]; the kernel checks it.
+// ring pieces below it from the dynamic base and from kRingHi up. Where that ring does not
+// fit (pieces of 16 tokens × 15–16 heads of 134-byte slots: one piece below 64 KB), the LUT
+// moves to kLutAddr2 with the q buffers and three pieces below it (RingLayout); the kernel
+// finds the LUT 64 KB below DecodeArgs::ring_hi. The dynamic base (after the 1 KB system
+// reserve and this kernel's static shared memory) is assumed in [kBaseMin, kBaseMax]; the
+// kernel checks it.
 constexpr uint32_t kLutAddr = 0x10000u, kRingHi = 0x20000u, kBaseMin = 0x400u, kBaseMax = 0x800u;
+constexpr uint32_t kLutBytesWide = 0x10000u, kLutAddr2 = 0x20000u;
 
 struct DecodeTables {
   float centroids[16];
@@ -438,7 +442,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
-  uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (kLutAddr - dev::smem_u32(smem))) : lut_static;
+  // wide: the LUT sits 64 KB below ring_hi (at kLutAddr, or kLutAddr2 when the ring needs the room: RingLayout)
+  uint32_t* lut = Q::kWide ? reinterpret_cast<uint32_t*>(smem + (a.ring_hi - kLutBytesWide - dev::smem_u32(smem))) : lut_static;
   __shared__ __align__(8) uint2 slut[Q::kSignLutEntries];  // sign nibble → ±1 halves (sign_frag)
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
@@ -680,8 +685,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   // score → log2-domain logit: · norm16 · (nc ? 1/sqrt(Σ(αc)²) : 1/α) · attn_scale · log2 e
   const float raw_scale = Q::kLut && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2;
   const float nc_eps = 1e-16f * t.lut_scale * t.lut_scale;
-  // wide: kLutAddr | 4·lane (the PRMT/LOP3 operand giving the entry address); else the lane's copy
-  const uint32_t lut_lane = (Q::kWide ? kLutAddr : dev::smem_u32(lut)) + 4u * uint32_t(lane);
+  // wide: the LUT's 64 KB-aligned address | 4·lane (the PRMT/LOP3 operand giving the entry address); else the
+  // lane's copy
+  const uint32_t lut_lane = (Q::kWide ? a.ring_hi - kLutBytesWide : dev::smem_u32(lut)) + 4u * uint32_t(lane);
   // turbo4-qjl: score of the sign term → log2-domain logit: · norm · rnorm · κ · attn_scale · log2 e
   [[maybe_unused]] float qjl_k = 0.f;
   if constexpr (Q::kQjl) qjl_k = a.scale_log2 * t.qjl_scale;
@@ -1496,14 +1502,21 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
     plan.workspace_bytes = WorkspaceLayout(plan.items, p.n_q_heads, plan.warps_per_head, head_dim, batch).bytes;
 }
 
-// The dynamic shared-memory layout of a quantized-decode plan with `stages` stages.
+// Static shared memory of the quantized decode kernel: LUT (not wide), sign LUT, barriers, centroids.
+template <class Q>
+constexpr int decode_static_smem() {
+  return (Q::kWide ? 8 : Q::kLutBytes) + Q::kSignLutEntries * 8 + 8 * 2 * kMaxStages + 64;
+}
+
+// The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
+// `limit`: the dynamic bytes the device allows this kernel (opt-in minus static).
 struct RingLayout {
   int split = 1 << 30;  // pieces below ring_hi
   uint32_t hi = 0, qbuf = 0;
   int dyn_bytes = 0;
 };
 template <class C>
-RingLayout ring_layout(int hpc, int wph, int stages) {
+RingLayout ring_layout(int hpc, int wph, int stages, int limit) {
   using Q = QCfg<C>;
   const int half = 16 * hpc * Q::kSlot, pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
   RingLayout r;
@@ -1513,6 +1526,14 @@ RingLayout ring_layout(int hpc, int wph, int stages) {
     r.hi = kRingHi;
     r.qbuf = kRingHi + uint32_t(above * half);
     r.dyn_bytes = int(r.qbuf + uint32_t(qbytes) - kBaseMin);
+    if (r.dyn_bytes > limit) {  // [pieces … | q buffers | LUT at kLutAddr2 | pieces …]
+      RingLayout r2;
+      r2.split = std::min(pieces, int((kLutAddr2 - kBaseMax - uint32_t(qbytes)) / uint32_t(half)));
+      r2.qbuf = kBaseMax + uint32_t(r2.split * half);
+      r2.hi = kLutAddr2 + kLutBytesWide;
+      r2.dyn_bytes = int(r2.hi + uint32_t((pieces - r2.split) * half) - kBaseMin);
+      if (r2.dyn_bytes < r.dyn_bytes) r = r2;
+    }
   } else {
     r.dyn_bytes = pieces * half + qbytes;
   }
@@ -1525,15 +1546,19 @@ int decode_cta_warps(const KernelFormat& f) {
   return warps;
 }
 
-// Heads per CTA of the quantized decode (0: it cannot stream n_kv_heads): all of them up to
-// 8; 8 (per-token copies of 8 heads' slots: 8 · slot bytes is a multiple of 16 for even
-// slots); or all n_kv_heads ≤ the kernel's warps (Phi-3-medium, Phi-4: 10) in one copy of the
-// page, one warp each — 5 or 2 heads' runs of 134-byte slots are not 16-byte multiples, which
-// TMA cannot copy.
+// Heads per CTA of the quantized decode (0: it cannot stream n_kv_heads): all n_kv_heads ≤ the
+// kernel's warps (8; 16 for the wide-LUT kernels: Phi-3-medium / Phi-4 10, Gemma 2/3 27B 16) in
+// one copy of the page, one warp each; else as many as the kernel has warps or 8, when they
+// divide n_kv_heads, in per-token copies of those heads' slots (16 · or 8 · slot bytes: a
+// multiple of 16 for even slots — 5 or 2 heads' runs of 134-byte slots are not, and TMA cannot
+// copy them). Every bulk copy costs the CTA: at 16 kv heads, CTAs of 8 heads (16 copies of
+// 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
+// CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
-  if (n_kv_heads <= 8) return n_kv_heads;
-  if (n_kv_heads % 8 == 0) return 8;
-  return n_kv_heads <= decode_cta_warps(f) ? n_kv_heads : 0;
+  const int warps = decode_cta_warps(f);
+  if (n_kv_heads <= warps) return n_kv_heads;
+  if (n_kv_heads % warps == 0) return warps;
+  return n_kv_heads % 8 == 0 ? 8 : 0;
 }
 
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
@@ -1548,15 +1573,15 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
     // LUT (not wide), barriers, centroids
     const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
-    const int static_smem = (Q::kWide ? 8 : Q::kLutBytes) + Q::kSignLutEntries * 8 + 8 * 2 * kMaxStages + 64;
+    const int static_smem = decode_static_smem<Q>();
     plan_layout(cache.n_kv_heads, decode_heads_per_cta(f, cache.n_kv_heads), kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
-      const int optin = decode_device_smem_optin();
+      const int limit = decode_device_smem_optin() - static_smem;
       for (stages = kMaxStages; stages >= 2; --stages)
-        if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes + static_smem <= optin) break;
+        if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
-      plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages).dyn_bytes;
+      plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
     }
     const int group = p.n_q_heads / cache.n_kv_heads;
     with_kernel<C>(cache.layout == CacheLayout::planes, std::min(group, kQueryCols), plan.heads_per_cta,
@@ -1596,10 +1621,11 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     a.stage_bytes = plan.warps_per_head * kSub * plan.heads_per_cta * Q::kSlot;
     a.stages = 0;
+    const int limit = decode_device_smem_optin() - decode_static_smem<Q>();
     for (int st = 2; st <= kMaxStages; ++st)
-      if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, st).dyn_bytes == plan.smem_bytes) a.stages = st;
+      if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
     if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");
-    const RingLayout rl = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, a.stages);
+    const RingLayout rl = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;

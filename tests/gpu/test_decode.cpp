@@ -4,6 +4,7 @@
 // and within 1e-3 relative error (per query row: ‖out − ref‖ / ‖ref‖).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -408,18 +409,22 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 16, 20 and head layouts", "[deco
     }
 }
 
-TEST_CASE("decode: n_kv_heads neither ≤ 8 nor a multiple of 8 (Phi-3-medium / Phi-4: 10)", "[decode]") {
+TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2/3 27B: 16), then 16 per CTA", "[decode]") {
   struct H {
     int hq, hkv, d;
   };
   // The 16-warp kernels (mse / turbo keys, head_dim ≤ 128) stream all heads of a page in
   // one copy, one warp each: (40,10) = Phi-4's G=4, (12,12) G=1, (160,10) G=16 (two slices),
-  // (30,10) at d 64, (26,13); the FP16 baseline takes the largest divisor of n_kv_heads with
-  // 8 warps per CTA: 10 → 2 heads × 4 warps, 12 → 4 × 2, 13 → 1 × 8.
+  // (30,10) at d 64, (26,13), (32,16) = Gemma 2/3 27B's G=2, (64,16) G=4, (15,15) — 15 and 16
+  // heads of 134-byte slots fit a 2-stage ring only with the LUT at 128 KB (RingLayout) —, and
+  // (32,32) (MHA) in two CTAs of 16 heads with per-token copies of their slots; the
+  // FP16 baseline takes the largest divisor of n_kv_heads with 8 warps per CTA: 10 → 2 heads ×
+  // 4 warps, 12 → 4 × 2, 13 and 15 → 1 × 8, 16 → 8 × 1.
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
                           std::string("turboquant_3bit_nc"), std::string("turbo2"), std::string("turbo3"),
                           std::string("turbo4"), std::string("f16")})
-    for (const H h : {H{40, 10, 128}, H{12, 12, 128}, H{160, 10, 128}, H{30, 10, 64}, H{26, 13, 128}}) {
+    for (const H h : {H{40, 10, 128}, H{12, 12, 128}, H{160, 10, 128}, H{30, 10, 64}, H{26, 13, 128}, H{32, 16, 128},
+                      H{64, 16, 128}, H{15, 15, 128}, H{32, 32, 128}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.hq = h.hq;
@@ -430,11 +435,10 @@ TEST_CASE("decode: n_kv_heads neither ≤ 8 nor a multiple of 8 (Phi-3-medium / 
       run_decode(c, [&](const DecodePlan& plan, const Filled&) {
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d);
         if (fmt != "f16") {
-          REQUIRE(plan.heads_per_cta == h.hkv);
-          REQUIRE(plan.head_groups == 1);
+          REQUIRE(plan.heads_per_cta == std::min(h.hkv, 16));
           REQUIRE(plan.warps_per_head == 1);
         } else {
-          REQUIRE(plan.heads_per_cta == (h.hkv == 10 ? 2 : h.hkv == 12 ? 4 : 1));
+          REQUIRE(plan.heads_per_cta == (h.hkv == 10 ? 2 : h.hkv == 12 ? 4 : h.hkv % 8 == 0 ? 8 : 1));
           REQUIRE(plan.heads_per_cta * plan.warps_per_head == 8);
         }
         REQUIRE(plan.heads_per_cta * plan.head_groups == h.hkv);
@@ -612,6 +616,9 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
       c.lens = {17, 40};
       run_decode(c);
     }
+    c.hq = 32;  // 16 kv heads: one CTA of 16 (mse / turbo keys at d 128: the LUT at 128 KB for 134-byte
+    c.hkv = 16;  // slots), else two of 8
+    run_decode(c);
   }
 }
 
