@@ -47,7 +47,8 @@ struct Args {
   std::string layers = "all";  // its layers
   int positions = 128;        // query positions decoded per layer
   bool formats_given = false;
-  std::string model;  // --model NAME: the shape of a known model
+  std::string model;                      // --model NAME: the shape of a known model
+  const tq::ModelShape* shape = nullptr;  // its entry (set from --model)
   bool list_models = false;
 };
 
@@ -66,8 +67,8 @@ struct ModelMemory {
 };
 std::vector<ModelMemory> model_memory(const Args& a, const std::vector<std::string>& names) {
   std::vector<ModelMemory> out;
-  if (a.model.empty()) return out;
-  const tq::ModelShape& m = tq::find_model_shape(a.model);
+  if (!a.shape) return out;
+  const tq::ModelShape& m = *a.shape;
   const double per_head = double(tq::cached_tokens_all_layers(m, a.ctx)) * m.kv_heads;
   for (const auto& n : names) {
     if (n == "f16") continue;
@@ -77,7 +78,7 @@ std::vector<ModelMemory> model_memory(const Args& a, const std::vector<std::stri
 }
 void print_model_memory(const Args& a, const std::vector<ModelMemory>& mem) {
   if (mem.empty()) return;
-  const tq::ModelShape& m = tq::find_model_shape(a.model);
+  const tq::ModelShape& m = *a.shape;
   std::printf("KV cache of one %d-token sequence over all %d layers of %s%s: f16 %.3f GB\n", a.ctx, m.layers,
               std::string(m.name).c_str(),
               m.sliding_layers ? fmt::format(" (its {} windowed layers keep {} tokens)", m.sliding_layers,
@@ -87,14 +88,20 @@ void print_model_memory(const Args& a, const std::vector<ModelMemory>& mem) {
   for (const auto& x : mem)
     std::printf("  %-28s %.3f GB (%.2fx smaller)\n", x.name.c_str(), x.bytes / 1e9, x.f16_bytes / x.bytes);
 }
-tq::Json model_json(const Args& a, const ModelMemory* mem) {
-  const tq::ModelShape& m = tq::find_model_shape(a.model);
+tq::Json shape_json(const tq::ModelShape& m) {
   tq::Json j = tq::Json::object();
   j.set("name", std::string(m.name));
   j.set("source", std::string(m.source));
+  j.set("q_heads", m.q_heads);
+  j.set("kv_heads", m.kv_heads);
+  j.set("head_dim", m.head_dim);
   j.set("layers", m.layers);
   j.set("sliding_layers", m.sliding_layers);
   j.set("window", m.window);
+  return j;
+}
+tq::Json model_json(const Args& a, const ModelMemory* mem) {
+  tq::Json j = shape_json(*a.shape);
   if (mem) {
     j.set("kv_bytes_per_seq", mem->bytes);  // one ctx-token sequence, every layer
     j.set("f16_kv_bytes_per_seq", mem->f16_bytes);
@@ -160,18 +167,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int list_models(bool json) {
   if (json) {
     tq::Json rows = tq::Json::array();
-    for (const tq::ModelShape& m : tq::model_shapes()) {
-      tq::Json j = tq::Json::object();
-      j.set("name", std::string(m.name));
-      j.set("source", std::string(m.source));
-      j.set("q_heads", m.q_heads);
-      j.set("kv_heads", m.kv_heads);
-      j.set("head_dim", m.head_dim);
-      j.set("layers", m.layers);
-      j.set("sliding_layers", m.sliding_layers);
-      j.set("window", m.window);
-      rows.push(std::move(j));
-    }
+    for (const tq::ModelShape& m : tq::model_shapes()) rows.push(shape_json(m));
     std::printf("%s\n", rows.dump(2).c_str());
     return 0;
   }
@@ -229,7 +225,7 @@ int run_cpu(const Args& a) {
     j.set("decode_tokens", nd);
     j.set("decode_ms_one_head", dec_s * 1e3);
     j.set("decode_est_ms_full_shape", est_ms);
-    if (!a.model.empty()) {
+    if (a.shape) {
       const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == name; });
       j.set("model", model_json(a, it == mem.end() ? nullptr : &*it));
     }
@@ -338,7 +334,7 @@ int run_gpu(const Args& a) {
     j.set("slot_bytes", f.slot_bytes());
     j.set("copy_gbps", copy.gbps);
     j.set("copy_bytes", double(copy.bytes));
-    if (!a.model.empty()) {
+    if (a.shape) {
       const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == name; });
       j.set("model", model_json(a, it == mem.end() ? nullptr : &*it));
     }
@@ -614,11 +610,11 @@ int main(int argc, char** argv) {
     }
     if (a.list_models) return list_models(a.json);
     if (!a.model.empty()) {
-      const tq::ModelShape& m = tq::find_model_shape(a.model);
-      a.model = std::string(m.name);
-      a.q_heads = m.q_heads;
-      a.kv_heads = m.kv_heads;
-      a.head_dim = m.head_dim;
+      a.shape = &tq::find_model_shape(a.model);
+      a.model = std::string(a.shape->name);
+      a.q_heads = a.shape->q_heads;
+      a.kv_heads = a.shape->kv_heads;
+      a.head_dim = a.shape->head_dim;
     }
     if (a.list) {
       if (a.json) std::printf("%s\n", tq::list_formats_json(a.head_dim).dump(2).c_str());
