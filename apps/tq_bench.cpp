@@ -50,6 +50,7 @@ struct Args {
   std::string model;                      // --model NAME: the shape of a known model
   const tq::ModelShape* shape = nullptr;  // its entry (set from --model)
   bool list_models = false;
+  bool simulate_lut = false;  // --check-dump: simulate the decode's key LUT instead of running the kernels
 };
 
 int64_t total_tokens(const Args& a) {
@@ -420,6 +421,71 @@ int run_gpu(const Args& a) {
 #endif
 
 // ---- --check-dump: the GPU kernels on a dump's real Q/K/V against the CPU ----
+#if defined(TQ_HAVE_HDF5) && defined(TQ_HAVE_CUDA)
+// --check-dump --simulate-lut: no GPU; the decode's fp16 key LUT simulated in float64
+// (tq::cuda::simulate_lut_layer). Default formats: those with a GPU decode at the dump's
+// head_dim. Informational: exit 0 whatever the errors.
+int run_simulate_lut(const Args& a, const tq::KvDump& dump, const std::vector<int>& layers,
+                     std::vector<std::string> names) {
+  const tq::KvDumpHeader& h = dump.header();
+  if (!a.formats_given)
+    for (const auto& e : tq::registered_formats()) {
+      try {
+        if (tq::cuda::decode_support(tq::cuda::kernel_format(tq::make_format(e.name, h.head_dim))).empty())
+          names.push_back(e.name);
+      } catch (const tq::Error&) {
+      }
+    }
+  tq::cuda::DumpCheckOptions o;
+  o.positions = a.positions;
+  tq::Json rows = tq::Json::array();
+  tq::Table table({"layer", "format", "tokens", "positions", "lut_max_rel", "at(pos,head)", "note"});
+  int over = 0;
+  for (const int l : layers) {
+    const tq::KvDumpLayer L = dump.read_layer(l);
+    for (const auto& name : names) {
+      const tq::KvFormat f = tq::make_format(name, h.head_dim);
+      const auto c = tq::cuda::simulate_lut_layer(f, L, h.n_heads, h.n_kv_heads, h.head_dim, o);
+      tq::Json j = tq::Json::object();
+      j.set("layer", l);
+      j.set("format", name);
+      j.set("tokens", double(c.tokens));
+      j.set("sliding_window", double(c.window));
+      if (!c.not_run.empty()) {
+        j.set("result", "not simulated");
+        j.set("why", c.not_run);
+        table.add({std::to_string(l), name, std::to_string(c.tokens), "-", "-", "-", "not simulated: " + c.not_run});
+      } else {
+        const bool hi = c.decode_rel > o.tolerance;
+        over += hi;
+        j.set("result", "simulated");
+        j.set("positions", c.positions);
+        j.set("lut_max_rel_err", c.decode_rel);
+        j.set("worst_position", c.worst_position);
+        j.set("worst_q_head", c.worst_head);
+        table.add({std::to_string(l), name, std::to_string(c.tokens), std::to_string(c.positions),
+                   fmt::format("{:.2e}", c.decode_rel), fmt::format("({},{})", c.worst_position, c.worst_head),
+                   hi ? fmt::format("above the decode tolerance {:.0e}", o.tolerance) : ""});
+      }
+      rows.push(std::move(j));
+    }
+  }
+  if (a.json) {
+    std::printf("%s\n", rows.dump(2).c_str());
+  } else {
+    std::printf("tq-bench --check-dump %s --simulate-lut (no GPU; a float64 simulation, not a check of the kernels): "
+                "%s (%s), %lld tokens, %d q heads / %d kv heads, head_dim %d\n",
+                a.check_dump.c_str(), h.model.c_str(), h.arch.c_str(), static_cast<long long>(h.n_tokens), h.n_heads,
+                h.n_kv_heads, h.head_dim);
+    std::printf("the GPU decode's fp16 LUT of the key centroids (half(α·c), α undone) against the exact centroids: "
+                "float64 attention\nover each CPU-decoded cache, max ‖out − ref‖ / ‖ref‖ per (position, q head) over "
+                "%d positions per layer (as --check-dump)\n%s%d of %zu above %.0e\n",
+                a.positions, table.text().c_str(), over, rows.size(), o.tolerance);
+  }
+  return 0;
+}
+#endif
+
 // Everything the arguments and the file can be checked for is checked first, on any machine.
 int run_check_dump(const Args& a) {
 #ifndef TQ_HAVE_HDF5
@@ -444,6 +510,7 @@ int run_check_dump(const Args& a) {
     for (const auto& n : names) (void)tq::make_format(n, h.head_dim);  // unknown names and head_dims: bad input
   }
 #ifdef TQ_HAVE_CUDA
+  if (a.simulate_lut) return run_simulate_lut(a, dump, layers, names);
   if (tq::cuda::device_count() == 0)
     throw tq::Error("no CUDA device found: --check-dump runs the GPU kernels (on any machine with one)");
   if (!a.formats_given)  // every registered format the decode has a kernel for at this head_dim
@@ -594,6 +661,10 @@ int main(int argc, char** argv) {
                                    "real Q/K/V against the CPU encoder/decoder and a float64 attention (exit 1 if any "
                                    "check fails); default formats: every one with a GPU decode, plus the FP16 baseline");
   model_opt->excludes(check_opt);
+  app.add_flag("--simulate-lut", a.simulate_lut,
+               "--check-dump without a GPU: simulate in float64 what the decode's fp16 LUT of the key centroids (mse "
+               "keys) costs on the dump's layers, instead of running the kernels")
+      ->needs(check_opt);
   app.add_option("--layers", a.layers, "--check-dump: layers to check (all, or a list like 0,5,28-29 / first2,last2)")
       ->needs(check_opt)
       ->capture_default_str();

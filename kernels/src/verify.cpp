@@ -16,6 +16,7 @@
 #include "tq/error.h"
 #include "tq/float_formats.h"
 #include "tq/format.h"
+#include "tq/formats/mse.h"
 #include "tq/kv_dump.h"
 #include "tq/parallel.h"
 #include "tq/rng.h"
@@ -42,15 +43,17 @@ std::vector<float> to_float(const std::vector<uint16_t>& h) {
   return f;
 }
 
-}  // namespace
-
-DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_heads, int n_kv_heads, int head_dim,
-                           const DumpCheckOptions& o) {
-  DumpCheck c;
-  c.format = format ? format->name : "f16";
+// What both checks take from a layer: its fp16 K/V (the first T tokens: a sliding-window
+// layer's window), P query positions (i + 1)·T / P − 1 — increasing, the last one T − 1 —
+// with their fp16 query rows and causal lengths. Fills c's layer, window, tokens, positions.
+struct LayerInputs {
+  int64_t T = 0;
+  std::vector<uint16_t> kh, vh, qh;
+  std::vector<int32_t> pos, lens;
+};
+LayerInputs layer_inputs(const KvDumpLayer& L, int n_heads, int H, int D, const DumpCheckOptions& o, DumpCheck& c) {
   c.layer = L.layer;
   c.window = L.sliding_window;
-  const int D = head_dim, H = n_kv_heads, G = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
   TQ_CHECK(D > 0 && H > 0 && n_heads > 0 && n_heads % H == 0, "layer {}: {} query heads over {} kv heads", L.layer,
            n_heads, H);
   const int64_t T_all = int64_t(L.k.size()) / (int64_t(H) * D);
@@ -59,10 +62,93 @@ DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_h
            "layer {}: q/k/v sizes {}/{}/{} do not match {} tokens of {} / {} heads × {}", L.layer, L.q.size(),
            L.k.size(), L.v.size(), T_all, n_heads, H, D);
   TQ_CHECK(o.positions >= 1, "positions: {} (must be ≥ 1)", o.positions);
+  LayerInputs in;
   const int64_t T = L.sliding_window > 0 ? std::min<int64_t>(T_all, L.sliding_window) : T_all;
-  c.tokens = T;
-  c.positions = int(std::min<int64_t>(o.positions, T));
+  in.T = c.tokens = T;
+  const int P = c.positions = int(std::min<int64_t>(o.positions, T));
+  in.kh = to_half(L.k, T * H, D, L.layer, "k");
+  in.vh = to_half(L.v, T * H, D, L.layer, "v");
+  in.pos.resize(size_t(P));
+  in.lens.resize(size_t(P));
+  std::vector<float> qrows(size_t(P) * n_heads * D);
+  for (int i = 0; i < P; ++i) {
+    in.pos[size_t(i)] = int32_t((int64_t(i) + 1) * T / P - 1);
+    in.lens[size_t(i)] = in.pos[size_t(i)] + 1;
+    std::copy_n(&L.q[size_t(in.pos[size_t(i)]) * n_heads * D], size_t(n_heads) * D, &qrows[size_t(i) * n_heads * D]);
+  }
+  in.qh = to_half(qrows, int64_t(P) * n_heads, D, L.layer, "q (checked positions)");
+  return in;
+}
+
+// Float64 attention of every (position, q head) row of qh over k / v [T, H, D] (position i
+// attends to tokens 0 … lens[i] − 1; q head h reads kv head h / G): [P, n_heads, D].
+std::vector<double> attention_f64(const std::vector<uint16_t>& qh, const std::vector<int32_t>& lens,
+                                  const std::vector<float>& k, const std::vector<float>& v, int n_heads, int H, int D,
+                                  double scale) {
+  const int P = int(lens.size()), G = n_heads / H;
+  std::vector<double> out(size_t(P) * n_heads * D);
+  parallel_for(resolve_threads(0), int64_t(P) * n_heads, [&](int64_t task) {
+    const int i = int(task);
+    const int pi = i / n_heads, qhd = i % n_heads, kvh = qhd / G, n = lens[size_t(pi)];
+    std::vector<double> qd(static_cast<size_t>(D)), s(static_cast<size_t>(n)), acc(static_cast<size_t>(D), 0.0);
+    for (int j = 0; j < D; ++j) qd[size_t(j)] = half_to_float(qh[size_t(i) * D + j]);
+    double mx = -INFINITY;
+    for (int t = 0; t < n; ++t) {
+      const float* kr = &k[size_t(int64_t(t) * H + kvh) * D];
+      double dot = 0;
+      for (int j = 0; j < D; ++j) dot += qd[size_t(j)] * kr[j];
+      s[size_t(t)] = dot * scale;
+      mx = std::max(mx, s[size_t(t)]);
+    }
+    double z = 0;
+    for (int t = 0; t < n; ++t) {
+      const double w = std::exp(s[size_t(t)] - mx);
+      z += w;
+      const float* vr = &v[size_t(int64_t(t) * H + kvh) * D];
+      for (int j = 0; j < D; ++j) acc[size_t(j)] += w * vr[j];
+    }
+    for (int j = 0; j < D; ++j) out[size_t(i) * D + j] = acc[size_t(j)] / z;
+  });
+  return out;
+}
+
+// The largest ‖got − ref‖ / ‖ref‖ over rows of D (a non-finite got: ∞) into c.decode_rel,
+// and its (position, q head).
+template <class Got>
+void worst_row(const std::vector<double>& ref, Got got, const std::vector<int32_t>& pos, int n_heads, int D,
+               DumpCheck& c) {
+  const int rows = int(ref.size() / size_t(D));
+  c.decode_rel = -1;
+  for (int i = 0; i < rows; ++i) {
+    double e = 0, nn = 0;
+    bool finite = true;
+    for (int j = 0; j < D; ++j) {
+      const double g = got(size_t(i) * D + j), r = ref[size_t(i) * D + j];
+      finite = finite && std::isfinite(g);
+      e += (g - r) * (g - r);
+      nn += r * r;
+    }
+    const double rel = !finite ? INFINITY : nn > 0 ? std::sqrt(e / nn) : std::sqrt(e);
+    if (rel > c.decode_rel) {
+      c.decode_rel = rel;
+      c.worst_position = pos[size_t(i / n_heads)];
+      c.worst_head = i % n_heads;
+    }
+  }
+}
+
+}  // namespace
+
+DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_heads, int n_kv_heads, int head_dim,
+                           const DumpCheckOptions& o) {
+  DumpCheck c;
+  c.format = format ? format->name : "f16";
+  const int D = head_dim, H = n_kv_heads;
+  const LayerInputs in = layer_inputs(L, n_heads, H, D, o, c);
+  const int64_t T = in.T;
   const int P = c.positions;
+  const auto &kh = in.kh, &vh = in.vh, &qh = in.qh;
+  const auto &pos = in.pos, &lens = in.lens;
 
   KernelFormat kf;
   if (format) {
@@ -72,21 +158,6 @@ DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_h
       c.not_run = e.what();
       return c;
     }
-  }
-
-  // fp16 inputs (the kernels' and, converted back, the oracles')
-  const auto kh = to_half(L.k, T * H, D, L.layer, "k"), vh = to_half(L.v, T * H, D, L.layer, "v");
-  std::vector<uint16_t> qh(size_t(P) * n_heads * D);
-  std::vector<int32_t> pos(static_cast<size_t>(P)), lens(static_cast<size_t>(P));
-  for (int i = 0; i < P; ++i) {  // positions (i + 1)·T / P − 1: increasing, the last one T − 1
-    pos[size_t(i)] = int32_t((int64_t(i) + 1) * T / P - 1);
-    lens[size_t(i)] = pos[size_t(i)] + 1;
-  }
-  {
-    std::vector<float> qrows(qh.size());
-    for (int i = 0; i < P; ++i)
-      std::copy_n(&L.q[size_t(pos[size_t(i)]) * n_heads * D], size_t(n_heads) * D, &qrows[size_t(i) * n_heads * D]);
-    qh = to_half(qrows, int64_t(P) * n_heads, D, L.layer, "q (checked positions)");
   }
 
   // Pages: the T tokens in shuffled physical blocks; every position's block table is the same row.
@@ -226,43 +297,50 @@ DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& L, int n_h
   c.parts = plan.parts;
 
   // float64 attention per (position, q head) over kref / vref
-  std::vector<double> rel(size_t(P) * n_heads);
-  const double scale = L.attn_scale;
-  parallel_for(resolve_threads(0), int64_t(P) * n_heads, [&](int64_t task) {
-    const int i = int(task);
-    const int pi = i / n_heads, qhd = i % n_heads, kvh = qhd / G, n = lens[size_t(pi)];
-    std::vector<double> qd(static_cast<size_t>(D)), s(static_cast<size_t>(n)), acc(static_cast<size_t>(D), 0.0);
-    for (int j = 0; j < D; ++j) qd[size_t(j)] = half_to_float(qh[size_t(i) * D + j]);
-    double mx = -INFINITY;
-    for (int t = 0; t < n; ++t) {
-      const float* kr = &kref[size_t(int64_t(t) * H + kvh) * D];
-      double dot = 0;
-      for (int j = 0; j < D; ++j) dot += qd[size_t(j)] * kr[j];
-      s[size_t(t)] = dot * scale;
-      mx = std::max(mx, s[size_t(t)]);
-    }
-    double z = 0;
-    for (int t = 0; t < n; ++t) {
-      const double w = std::exp(s[size_t(t)] - mx);
-      z += w;
-      const float* vr = &vref[size_t(int64_t(t) * H + kvh) * D];
-      for (int j = 0; j < D; ++j) acc[size_t(j)] += w * vr[j];
-    }
-    double e = 0, nn = 0;
-    bool finite = true;
-    for (int j = 0; j < D; ++j) {
-      const double got = half_to_float(out[size_t(i) * D + j]), ref = acc[size_t(j)] / z;
-      finite = finite && std::isfinite(got);
-      e += (got - ref) * (got - ref);
-      nn += ref * ref;
-    }
-    rel[size_t(i)] = !finite ? INFINITY : nn > 0 ? std::sqrt(e / nn) : std::sqrt(e);
-  });
-  const auto worst = std::max_element(rel.begin(), rel.end());
-  c.decode_rel = *worst;
-  const int wi = int(worst - rel.begin());
-  c.worst_position = pos[size_t(wi / n_heads)];
-  c.worst_head = wi % n_heads;
+  const auto ref = attention_f64(qh, lens, kref, vref, n_heads, H, D, L.attn_scale);
+  worst_row(ref, [&](size_t e) { return double(half_to_float(out[e])); }, pos, n_heads, D, c);
+  return c;
+}
+
+DumpCheck simulate_lut_layer(const KvFormat& format, const KvDumpLayer& L, int n_heads, int n_kv_heads, int head_dim,
+                             const DumpCheckOptions& o) {
+  DumpCheck c;
+  c.format = format.name;
+  const int D = head_dim, H = n_kv_heads;
+  const LayerInputs in = layer_inputs(L, n_heads, H, D, o, c);
+  const auto* mse = dynamic_cast<const MseCodec*>(format.key.get());
+  if (!mse) {
+    c.not_run = "its keys are not mse codes (the simulation covers the mse-key LUT only)";
+    return c;
+  }
+  KernelFormat kf;
+  try {
+    kf = kernel_format(format);
+  } catch (const Error& e) {
+    c.not_run = e.what();
+    return c;
+  }
+  // The decode's key LUT: half(α·c) (α·c in float, as the kernel computes it), the α undone.
+  const ScalarCodebook& cb = mse->codebook();
+  std::vector<float> lut_c(size_t(cb.levels()));
+  for (int i = 0; i < cb.levels(); ++i)
+    lut_c[size_t(i)] = float(double(half_to_float(float_to_half(kf.lut_scale * cb.centroids()[size_t(i)]))) /
+                             double(kf.lut_scale));
+  KvFormat lut_format = format;
+  lut_format.key = std::make_shared<MseCodec>(
+      mse->bits(), mse->dim(), std::shared_ptr<const Rotation>(&mse->rotation(), [](const Rotation*) {}),
+      std::make_shared<const ScalarCodebook>("fp16 LUT of " + cb.source(), lut_c, cb.midpoints()), mse->norm_mode(),
+      mse->name());
+  const int64_t n = in.T * H;
+  std::vector<float> k = to_float(in.kh), v = to_float(in.vh), k_lut(k.size()), v_lut(v.size());
+  std::vector<uint8_t> slots(size_t(n) * format.slot_bytes());
+  format.encode_slots(k.data(), v.data(), n, slots.data());
+  format.decode_slots(slots.data(), n, k.data(), v.data());
+  lut_format.decode_slots(slots.data(), n, k_lut.data(), v_lut.data());
+  const auto ref = attention_f64(in.qh, in.lens, k, v, n_heads, H, D, L.attn_scale);
+  const auto sim = attention_f64(in.qh, in.lens, k_lut, v_lut, n_heads, H, D, L.attn_scale);
+  worst_row(ref, [&](size_t e) { return sim[e]; }, in.pos, n_heads, D, c);
+  c.decoded = true;
   return c;
 }
 

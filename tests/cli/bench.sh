@@ -163,6 +163,32 @@ expect_rc 2
 expect_err "requires --check-dump"
 expect_empty_out
 
+# --simulate-lut: no GPU needed; mse-key formats get a simulated error, the others say why not
+GEMMA=$SRC/tests/data/kv/gemma3_256.h5
+run "$BIN" --check-dump "$GEMMA" --simulate-lut --layers 11 --format turboquant_4bit_nc --format turbo3 --json
+expect_rc 0
+expect_json
+expect_out '"lut_max_rel_err"'
+expect_out '"result": "not simulated"'
+python3 - "$TMP/out" <<'PY' || fail "--simulate-lut: 4bit_nc's simulated error is not in (0, 1e-3)"
+import json, sys
+rows = {r["format"]: r for r in json.load(open(sys.argv[1]))}
+e = rows["turboquant_4bit_nc"]["lut_max_rel_err"]
+# the fp16 rounding of 16 centroids (relative ≤ 7.4e-5, spread 1.5e-4) moves the output: not 0, well below 1e-3
+assert 0 < e < 1e-3, e
+assert rows["turboquant_4bit_nc"]["positions"] == 128 and rows["turboquant_4bit_nc"]["tokens"] == 256
+PY
+
+run "$BIN" --check-dump "$GEMMA" --simulate-lut --layers 11 --format turboquant_4bit_nc
+expect_rc 0
+expect_out "a float64 simulation, not a check of the kernels"
+expect_out "0 of 1 above 1e-03"
+
+run "$BIN" --simulate-lut --format turboquant_4bit_nc
+expect_rc 2
+expect_err "requires --check-dump"
+expect_empty_out
+
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   run "$BIN" --format turboquant_4bit_nc --batch 1 --ctx 64
   expect_rc 2
