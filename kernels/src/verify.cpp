@@ -17,6 +17,7 @@
 #include "tq/float_formats.h"
 #include "tq/format.h"
 #include "tq/formats/mse.h"
+#include "tq/formats/turbo.h"
 #include "tq/kv_dump.h"
 #include "tq/parallel.h"
 #include "tq/rng.h"
@@ -309,8 +310,10 @@ DumpCheck simulate_lut_layer(const KvFormat& format, const KvDumpLayer& L, int n
   const int D = head_dim, H = n_kv_heads;
   const LayerInputs in = layer_inputs(L, n_heads, H, D, o, c);
   const auto* mse = dynamic_cast<const MseCodec*>(format.key.get());
-  if (!mse) {
-    c.not_run = "its keys are not mse codes (the simulation covers the mse-key LUT only)";
+  const auto* tk = dynamic_cast<const TurboCodec*>(format.key.get());
+  const auto* tv = dynamic_cast<const TurboCodec*>(format.value.get());
+  if (!mse && !(tk && tv && tk->kind() == tv->kind())) {
+    c.not_run = "its keys are neither mse codes nor turbo blocks (the decode's LUT holds those)";
     return c;
   }
   KernelFormat kf;
@@ -320,17 +323,23 @@ DumpCheck simulate_lut_layer(const KvFormat& format, const KvDumpLayer& L, int n
     c.not_run = e.what();
     return c;
   }
-  // The decode's key LUT: half(α·c) (α·c in float, as the kernel computes it), the α undone.
-  const ScalarCodebook& cb = mse->codebook();
-  std::vector<float> lut_c(size_t(cb.levels()));
-  for (int i = 0; i < cb.levels(); ++i)
-    lut_c[size_t(i)] = float(double(half_to_float(float_to_half(kf.lut_scale * cb.centroids()[size_t(i)]))) /
-                             double(kf.lut_scale));
+  // The decode's LUT: half(α·c) (α·c in float, as the kernel computes it), the α undone.
+  auto lut_codebook = [&](const ScalarCodebook& cb) {
+    std::vector<float> lut_c(size_t(cb.levels()));
+    for (int i = 0; i < cb.levels(); ++i)
+      lut_c[size_t(i)] = float(double(half_to_float(float_to_half(kf.lut_scale * cb.centroids()[size_t(i)]))) /
+                               double(kf.lut_scale));
+    return std::make_shared<const ScalarCodebook>("fp16 LUT of " + cb.source(), lut_c, cb.midpoints());
+  };
   KvFormat lut_format = format;
-  lut_format.key = std::make_shared<MseCodec>(
-      mse->bits(), mse->dim(), std::shared_ptr<const Rotation>(&mse->rotation(), [](const Rotation*) {}),
-      std::make_shared<const ScalarCodebook>("fp16 LUT of " + cb.source(), lut_c, cb.midpoints()), mse->norm_mode(),
-      mse->name());
+  if (mse) {  // keys only (the values' codes are exact in the MMA)
+    lut_format.key = std::make_shared<MseCodec>(
+        mse->bits(), mse->dim(), std::shared_ptr<const Rotation>(&mse->rotation(), [](const Rotation*) {}),
+        lut_codebook(mse->codebook()), mse->norm_mode(), mse->name());
+  } else {  // turbo: keys and values through the same LUT
+    lut_format.key = std::make_shared<TurboCodec>(tk->kind(), tk->dim(), lut_codebook(tk->codebook()));
+    lut_format.value = std::make_shared<TurboCodec>(tv->kind(), tv->dim(), lut_codebook(tv->codebook()));
+  }
   const int64_t n = in.T * H;
   std::vector<float> k = to_float(in.kh), v = to_float(in.vh), k_lut(k.size()), v_lut(v.size());
   std::vector<uint8_t> slots(size_t(n) * format.slot_bytes());

@@ -163,19 +163,24 @@ expect_rc 2
 expect_err "requires --check-dump"
 expect_empty_out
 
-# --simulate-lut: no GPU needed; mse-key formats get a simulated error, the others say why not
+# --simulate-lut: no GPU needed; mse-key and turbo formats get a simulated error, fp8 keys say why not
 GEMMA=$SRC/tests/data/kv/gemma3_256.h5
-run "$BIN" --check-dump "$GEMMA" --simulate-lut --layers 11 --format turboquant_4bit_nc --format turbo3 --json
+run "$BIN" --check-dump "$GEMMA" --simulate-lut --layers 11 --format turboquant_4bit_nc --format turbo2 \
+  --format turbo4 --format turboquant_k8v4 --json
 expect_rc 0
 expect_json
 expect_out '"lut_max_rel_err"'
 expect_out '"result": "not simulated"'
-python3 - "$TMP/out" <<'PY' || fail "--simulate-lut: 4bit_nc's simulated error is not in (0, 1e-3)"
+python3 - "$TMP/out" <<'PY' || fail "--simulate-lut: simulated errors out of their ranges"
 import json, sys
 rows = {r["format"]: r for r in json.load(open(sys.argv[1]))}
 e = rows["turboquant_4bit_nc"]["lut_max_rel_err"]
 # the fp16 rounding of 16 centroids (relative ≤ 7.4e-5, spread 1.5e-4) moves the output: not 0, well below 1e-3
 assert 0 < e < 1e-3, e
+# turbo2's 4 centroids round to within 6.8e-7 of each other at its α: two orders of magnitude less than 4-bit's
+t2, t4 = rows["turbo2"]["lut_max_rel_err"], rows["turbo4"]["lut_max_rel_err"]
+assert 0 <= t2 < t4 / 20 and 0 < t4 < 1e-3, (t2, t4)
+assert rows["turboquant_k8v4"]["result"] == "not simulated"
 assert rows["turboquant_4bit_nc"]["positions"] == 128 and rows["turboquant_4bit_nc"]["tokens"] == 256
 PY
 

@@ -10,6 +10,7 @@
 #include "tq/error.h"
 #include "tq/format.h"
 #include "tq/formats/mse.h"
+#include "tq/formats/turbo.h"
 #include "tq/rng.h"
 
 using namespace tq;
@@ -281,4 +282,25 @@ TEST_CASE("formats: norm correction on read equals the norm folded in at write",
         REQUIRE(std::sqrt(e / s) < 1e-3);  // two fp16 roundings of the norm (2^-11 each)
       }
     }
+}
+
+TEST_CASE("formats: a turbo codec with another codebook decodes the same records with its centroids", "[formats]") {
+  tq::Rng rng(7);
+  std::vector<float> x(4 * 128);
+  for (auto& v : x) v = float(rng.gaussian());
+  const tq::TurboCodec base(tq::TurboKind::turbo3, 128);
+  const auto& cb = base.codebook();
+  std::vector<float> scaled(cb.centroids());
+  for (auto& c : scaled) c *= 1.001f;  // same midpoints: same indices; the decode, linear in the centroids, × 1.001
+  const tq::TurboCodec other(tq::TurboKind::turbo3, 128,
+                             std::make_shared<const tq::ScalarCodebook>("x1.001", scaled, cb.midpoints()));
+  std::vector<uint8_t> a(4 * base.row_bytes());
+  base.encode(x.data(), 4, a.data());
+  std::vector<float> ya(x.size()), yb(x.size());
+  base.decode(a.data(), 4, ya.data());
+  other.decode(a.data(), 4, yb.data());
+  for (size_t i = 0; i < ya.size(); ++i) CHECK(yb[i] == Approx(1.001 * ya[i]).epsilon(1e-5).margin(1e-6));
+  REQUIRE_THROWS_WITH(tq::TurboCodec(tq::TurboKind::turbo3, 128,
+                                     std::make_shared<const tq::ScalarCodebook>("4", std::vector<float>{-1, -0.5f, 0.5f, 1})),
+                      Catch::Matchers::Contains("a codebook of 8 levels is needed, not 4"));
 }

@@ -72,6 +72,12 @@ TurboCodec::TurboCodec(TurboKind kind, int d) : Codec(turbo_name(kind), d), kind
     qjl_ = std::make_shared<const RandomizedHadamard>(kQK, signs_from(kQjlS1), signs_from(kQjlS2), "turbo-qjl");
 }
 
+TurboCodec::TurboCodec(TurboKind kind, int d, std::shared_ptr<const ScalarCodebook> codebook) : TurboCodec(kind, d) {
+  TQ_CHECK(codebook && codebook->levels() == cb_->levels(), "{}: a codebook of {} levels is needed, not {}", name(),
+           cb_->levels(), codebook ? codebook->levels() : 0);
+  cb_ = std::move(codebook);
+}
+
 void TurboCodec::encode_block(const float* x, uint8_t* blk) const {
   float y[kQK], c[kQK];
   uint8_t idx[kQK];

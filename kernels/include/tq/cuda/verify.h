@@ -65,13 +65,14 @@ struct DumpCheck {
 DumpCheck check_dump_layer(const KvFormat* format, const KvDumpLayer& layer, int n_heads, int n_kv_heads,
                            int head_dim, const DumpCheckOptions& o);
 
-// No GPU needed: the one approximation the quantized decode makes of the CPU decoder's mse
-// keys — its fp16 LUT of the key centroids, half(α·c) with kernel_format's α, the α undone —
-// simulated in float64 on a layer: attention over the CPU-decoded cache with those centroids
-// against attention over the exact decode, with check_dump_layer's fp16 inputs and positions
-// (decode_rel, worst_position, worst_head; decoded = true). Nothing else the kernel rounds is
-// simulated (its fp16 output, the query's hi/lo split). Formats whose keys are not mse codes
-// come back with not_run set; bad layers throw as check_dump_layer does.
+// No GPU needed: the approximation the quantized decode makes of the CPU decoder — its fp16
+// LUT of the codebook centroids, half(α·c) with kernel_format's α, the α undone; for mse keys
+// (values' codes are exact in the MMA) and for turbo keys and values — simulated in float64 on
+// a layer: attention over the CPU-decoded cache with those centroids against attention over
+// the exact decode, with check_dump_layer's fp16 inputs and positions (decode_rel,
+// worst_position, worst_head; decoded = true). Nothing else the kernel rounds is simulated (its
+// fp16 output, the query's hi/lo split, turbo4-qjl's sign term). Other formats (fp8 keys) come
+// back with not_run set; bad layers throw as check_dump_layer does.
 DumpCheck simulate_lut_layer(const KvFormat& format, const KvDumpLayer& layer, int n_heads, int n_kv_heads,
                              int head_dim, const DumpCheckOptions& o);
 

@@ -62,6 +62,10 @@ enum class TurboKind { turbo2, turbo3, turbo4, turbo4_qjl };
 class TurboCodec final : public Codec {
  public:
   TurboCodec(TurboKind kind, int d);
+  // The same codec with another codebook of as many levels: decodes a TurboCodec(kind, d)
+  // record's indices to these centroids (tq-bench --simulate-lut: the GPU LUT's fp16-rounded
+  // ones). Its own encode corrects the norm with these centroids, so its bytes can differ.
+  TurboCodec(TurboKind kind, int d, std::shared_ptr<const ScalarCodebook> codebook);
   size_t row_bytes() const override { return size_t(blocks_) * block_bytes_; }
   void encode(const float* x, int64_t n, uint8_t* out) const override;
   void decode(const uint8_t* in, int64_t n, float* out) const override;
