@@ -101,11 +101,13 @@ tq::Json shape_json(const tq::ModelShape& m) {
   j.set("window", m.window);
   return j;
 }
-tq::Json model_json(const Args& a, const ModelMemory* mem) {
+// A format row's "model": the shape and, for a quantized format, its KV cache per sequence.
+tq::Json model_json(const Args& a, const std::vector<ModelMemory>& mem, const std::string& format) {
   tq::Json j = shape_json(*a.shape);
-  if (mem) {
-    j.set("kv_bytes_per_seq", mem->bytes);  // one ctx-token sequence, every layer
-    j.set("f16_kv_bytes_per_seq", mem->f16_bytes);
+  const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == format; });
+  if (it != mem.end()) {
+    j.set("kv_bytes_per_seq", it->bytes);  // one ctx-token sequence, every layer
+    j.set("f16_kv_bytes_per_seq", it->f16_bytes);
   }
   return j;
 }
@@ -226,10 +228,7 @@ int run_cpu(const Args& a) {
     j.set("decode_tokens", nd);
     j.set("decode_ms_one_head", dec_s * 1e3);
     j.set("decode_est_ms_full_shape", est_ms);
-    if (a.shape) {
-      const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == name; });
-      j.set("model", model_json(a, it == mem.end() ? nullptr : &*it));
-    }
+    if (a.shape) j.set("model", model_json(a, mem, name));
     rows.push(std::move(j));
     table.add({name, std::to_string(f.slot_bytes()), fmt::format("{:.2f}", double(n_enc) / enc_s / 1e6),
                fmt::format("{:.2f}", double(n_enc) / deq_s / 1e6), fmt::format("{:.3f}", dec_s * 1e3),
@@ -248,7 +247,7 @@ int run_cpu(const Args& a) {
 #ifdef TQ_HAVE_CUDA
 int run_gpu(const Args& a) {
   const auto names = tq::expand_format_names(a.formats);
-  const auto mem = model_memory(a, names);  // (unknown names and head_dims: errors before any GPU work)
+  const auto mem = model_memory(a, names);
   tq::cuda::BenchShape s;
   s.batch = a.batch;
   s.n_q_heads = a.q_heads;
@@ -335,10 +334,7 @@ int run_gpu(const Args& a) {
     j.set("slot_bytes", f.slot_bytes());
     j.set("copy_gbps", copy.gbps);
     j.set("copy_bytes", double(copy.bytes));
-    if (a.shape) {
-      const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == name; });
-      j.set("model", model_json(a, it == mem.end() ? nullptr : &*it));
-    }
+    if (a.shape) j.set("model", model_json(a, mem, name));
     std::vector<std::string> row = {planes ? name + " [planes]" : name, std::to_string(f.slot_bytes())};
     std::string why = tq::cuda::decode_support(kf);
     if (why.empty()) why = tq::cuda::decode_heads_support(kf, a.kv_heads);
@@ -422,20 +418,25 @@ int run_gpu(const Args& a) {
 
 // ---- --check-dump: the GPU kernels on a dump's real Q/K/V against the CPU ----
 #if defined(TQ_HAVE_HDF5) && defined(TQ_HAVE_CUDA)
-// --check-dump --simulate-lut: no GPU; the decode's fp16 key LUT simulated in float64
-// (tq::cuda::simulate_lut_layer). Default formats: those with a GPU decode at the dump's
-// head_dim. Informational: exit 0 whatever the errors.
+// --check-dump's default formats: every registered one the decode has a kernel for at head_dim.
+std::vector<std::string> gpu_decode_formats(int head_dim) {
+  std::vector<std::string> names;
+  for (const auto& e : tq::registered_formats()) {
+    try {
+      if (tq::cuda::decode_support(tq::cuda::kernel_format(tq::make_format(e.name, head_dim))).empty())
+        names.push_back(e.name);
+    } catch (const tq::Error&) {
+    }
+  }
+  return names;
+}
+
+// --check-dump --simulate-lut: no GPU; the decode's fp16 LUT of codebook centroids simulated
+// in float64 (tq::cuda::simulate_lut_layer). Informational: exit 0 whatever the errors.
 int run_simulate_lut(const Args& a, const tq::KvDump& dump, const std::vector<int>& layers,
                      std::vector<std::string> names) {
   const tq::KvDumpHeader& h = dump.header();
-  if (!a.formats_given)
-    for (const auto& e : tq::registered_formats()) {
-      try {
-        if (tq::cuda::decode_support(tq::cuda::kernel_format(tq::make_format(e.name, h.head_dim))).empty())
-          names.push_back(e.name);
-      } catch (const tq::Error&) {
-      }
-    }
+  if (!a.formats_given) names = gpu_decode_formats(h.head_dim);
   tq::cuda::DumpCheckOptions o;
   o.positions = a.positions;
   tq::Json rows = tq::Json::array();
@@ -477,7 +478,8 @@ int run_simulate_lut(const Args& a, const tq::KvDump& dump, const std::vector<in
                 "%s (%s), %lld tokens, %d q heads / %d kv heads, head_dim %d\n",
                 a.check_dump.c_str(), h.model.c_str(), h.arch.c_str(), static_cast<long long>(h.n_tokens), h.n_heads,
                 h.n_kv_heads, h.head_dim);
-    std::printf("the GPU decode's fp16 LUT of the key centroids (half(α·c), α undone) against the exact centroids: "
+    std::printf("the GPU decode's fp16 LUT of the codebook centroids (half(α·c), α undone; mse keys, turbo keys and "
+                "values) against the exact centroids: "
                 "float64 attention\nover each CPU-decoded cache, max ‖out − ref‖ / ‖ref‖ per (position, q head) over "
                 "%d positions per layer (as --check-dump)\n%s%d of %zu above %.0e\n",
                 a.positions, table.text().c_str(), over, rows.size(), o.tolerance);
@@ -513,14 +515,7 @@ int run_check_dump(const Args& a) {
   if (a.simulate_lut) return run_simulate_lut(a, dump, layers, names);
   if (tq::cuda::device_count() == 0)
     throw tq::Error("no CUDA device found: --check-dump runs the GPU kernels (on any machine with one)");
-  if (!a.formats_given)  // every registered format the decode has a kernel for at this head_dim
-    for (const auto& e : tq::registered_formats()) {
-      try {
-        if (tq::cuda::decode_support(tq::cuda::kernel_format(tq::make_format(e.name, h.head_dim))).empty())
-          names.push_back(e.name);
-      } catch (const tq::Error&) {
-      }
-    }
+  if (!a.formats_given) names = gpu_decode_formats(h.head_dim);
   const auto dev = tq::cuda::device_info(0);
   tq::cuda::DumpCheckOptions o;
   o.positions = a.positions;
@@ -662,8 +657,8 @@ int main(int argc, char** argv) {
                                    "check fails); default formats: every one with a GPU decode, plus the FP16 baseline");
   model_opt->excludes(check_opt);
   app.add_flag("--simulate-lut", a.simulate_lut,
-               "--check-dump without a GPU: simulate in float64 what the decode's fp16 LUT of the key centroids (mse "
-               "keys) costs on the dump's layers, instead of running the kernels")
+               "--check-dump without a GPU: simulate in float64 what the decode's fp16 LUT of codebook centroids (mse "
+               "keys, turbo keys and values) costs on the dump's layers, instead of running the kernels")
       ->needs(check_opt);
   app.add_option("--layers", a.layers, "--check-dump: layers to check (all, or a list like 0,5,28-29 / first2,last2)")
       ->needs(check_opt)

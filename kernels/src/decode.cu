@@ -1508,8 +1508,15 @@ constexpr int decode_static_smem() {
   return (Q::kWide ? 8 : Q::kLutBytes) + Q::kSignLutEntries * 8 + 8 * 2 * kMaxStages + 64;
 }
 
+// The dynamic bytes the device allows the quantized decode kernel (opt-in minus static): the
+// planner and the launcher must lay the ring out against the same limit.
+template <class Q>
+int ring_limit() {
+  return decode_device_smem_optin() - decode_static_smem<Q>();
+}
+
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
-// `limit`: the dynamic bytes the device allows this kernel (opt-in minus static).
+// `limit`: ring_limit.
 struct RingLayout {
   int split = 1 << 30;  // pieces below ring_hi
   uint32_t hi = 0, qbuf = 0;
@@ -1577,7 +1584,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     plan_layout(cache.n_kv_heads, decode_heads_per_cta(f, cache.n_kv_heads), kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
-      const int limit = decode_device_smem_optin() - static_smem;
+      const int limit = ring_limit<Q>();
       for (stages = kMaxStages; stages >= 2; --stages)
         if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
@@ -1621,7 +1628,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     a.stage_bytes = plan.warps_per_head * kSub * plan.heads_per_cta * Q::kSlot;
     a.stages = 0;
-    const int limit = decode_device_smem_optin() - decode_static_smem<Q>();
+    const int limit = ring_limit<Q>();
     for (int st = 2; st <= kMaxStages; ++st)
       if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
     if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");

@@ -336,9 +336,10 @@ DumpCheck simulate_lut_layer(const KvFormat& format, const KvDumpLayer& L, int n
     lut_format.key = std::make_shared<MseCodec>(
         mse->bits(), mse->dim(), std::shared_ptr<const Rotation>(&mse->rotation(), [](const Rotation*) {}),
         lut_codebook(mse->codebook()), mse->norm_mode(), mse->name());
-  } else {  // turbo: keys and values through the same LUT
-    lut_format.key = std::make_shared<TurboCodec>(tk->kind(), tk->dim(), lut_codebook(tk->codebook()));
-    lut_format.value = std::make_shared<TurboCodec>(tv->kind(), tv->dim(), lut_codebook(tv->codebook()));
+  } else {  // turbo: keys and values through the same LUT (one kind: one codebook)
+    const auto cb = lut_codebook(tk->codebook());
+    lut_format.key = std::make_shared<TurboCodec>(tk->kind(), tk->dim(), cb);
+    lut_format.value = std::make_shared<TurboCodec>(tv->kind(), tv->dim(), cb);
   }
   const int64_t n = in.T * H;
   std::vector<float> k = to_float(in.kh), v = to_float(in.vh), k_lut(k.size()), v_lut(v.size());
