@@ -27,7 +27,8 @@
 //   keys   : lane (r, p) feeds tokens r, r+8; per pair of k-steps it loads the 4
 //            index bytes of dims 32ps + 8p … +7 (two 2-byte loads: slots are only
 //            2-byte aligned; neighbouring lanes read neighbouring words, conflict
-//            free) and maps each byte — two 4-bit indices — through a 256-entry LUT
+//            free — with 4 heads per CTA only if MMA rows 0–7 are the even tokens:
+//            kEvenOdd) and maps each byte — two 4-bit indices — through a 256-entry LUT
 //            of half2(α·c[lo], α·c[hi]) straight into the MMA operand register, one
 //            conflict-free 4-byte load from the lane's own copy. d ≤ 128: one 16-warp
 //            CTA per SM shares a LUT of 256-byte rows at shared address 64K, so the
@@ -429,7 +430,7 @@ template <class C>
 using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTables>;
 
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
-// H: heads per CTA known at compile time (8: every row stride and ring offset is
+// H: heads per CTA known at compile time (8, 4, 16: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
 // query columns of G > 8 (dev::query_head<true>).
 template <class C, bool P, bool PK, int H>
@@ -695,6 +696,15 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
   const RowMap rm = row_map<C, P>(hl, hpc);
+  // Tokens of the MMA rows. A token's slot row is kst = hpc·SLOT bytes after the previous one;
+  // lane (r, p) reads rows r and r + 8 at 4p … (4 consecutive words per row over the p lanes).
+  // With kst/4 ≡ 4·odd mod 32 words (8 heads of 134- or 118-byte slots) rows 0–7 fall in 8
+  // distinct 4-bank groups; with kst/4 ≡ 2 mod 4 (4 heads) rows r and r + 5 share banks, and
+  // even tokens (2r) do not: there row r is token 2r and row r + 8 token 2r + 1 (kEvenOdd).
+  // Value k-slots 2p, 2p+1, 2p+8, 2p+9 are then tokens 4p, 4p+2, 4p+1, 4p+3.
+  constexpr bool kEvenOdd = !P && kH > 0 && (kH * SLOT) % 16 == 8;
+  constexpr int d8 = kEvenOdd ? 1 : 8, dv1 = kEvenOdd ? 2 : 1;  // token of row r + 8 / k-slot 2p+1 minus row r's / 2p's
+  const int tr = kEvenOdd ? 2 * r : r, tv = kEvenOdd ? 4 * p : 2 * p;  // token of row r / of k-slot 2p
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
@@ -733,8 +743,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       const uint8_t* krow[2][2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        krow[h][0] = hb[h] + rm.key + r * rm.kst;
-        krow[h][1] = krow[h][0] + 8 * rm.kst;
+        krow[h][0] = hb[h] + rm.key + tr * rm.kst;
+        krow[h][1] = krow[h][0] + d8 * rm.kst;
       }
 #pragma unroll
       for (int kp = 0; kp < Q::kPairSteps; ++kp) {
@@ -794,7 +804,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       [[maybe_unused]] auto turbo_frags = [&](const float (&xs)[4], const uint8_t* f0, bool v0, bool v1, auto&& frags) {
         if constexpr (Q::kTB > 1) {
           const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
-          const float sb1 = v1 ? ld_f16(f0 + 8 * rm.mst + C::kTurboBlockBytes) : 0.f;
+          const float sb1 = v1 ? ld_f16(f0 + d8 * rm.mst + C::kTurboBlockBytes) : 0.f;
           const float pw[4] = {xs[0] * sb0, xs[1] * sb0, xs[2] * sb1, xs[3] * sb1};
           frags(pb[1], pw);
         }
@@ -803,7 +813,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
           for (int tb = 0; tb < Q::kTB; ++tb) {
             const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
             const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
-            const float k8 = v1 ? t.qjl_scale * ld_f16(fb + 8 * rm.mst) * ld_f16(fb + 8 * rm.mst + 2) : 0.f;
+            const float k8 = v1 ? t.qjl_scale * ld_f16(fb + d8 * rm.mst) * ld_f16(fb + d8 * rm.mst + 2) : 0.f;
             const float pw[4] = {xs[0] * k0, xs[1] * k0, xs[2] * k8, xs[3] * k8};
             frags(pq[tb], pw);
           }
@@ -819,12 +829,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
         float fr = raw_scale, fr8 = raw_scale;
         [[maybe_unused]] float frb = raw_scale, frb8 = raw_scale;  // turbo block 1's key norms (d = 256)
         if constexpr (Q::kLut) {
-          const uint8_t* n0 = mb + rm.norm + r * rm.mst;
+          const uint8_t* n0 = mb + rm.norm + tr * rm.mst;
           fr *= ld_f16(n0);
-          fr8 *= ld_f16(n0 + 8 * rm.mst);
+          fr8 *= ld_f16(n0 + d8 * rm.mst);
           if constexpr (Q::kTB > 1) {
             frb *= ld_f16(n0 + C::kTurboBlockBytes);
-            frb8 *= ld_f16(n0 + 8 * rm.mst + C::kTurboBlockBytes);
+            frb8 *= ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
           }
           if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
             const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
@@ -835,7 +845,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
             fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + nc_eps);
           }
         }
-        const bool v0 = valid(16 * mh + r), v1 = valid(16 * mh + r + 8);
+        const bool v0 = valid(16 * mh + tr), v1 = valid(16 * mh + tr + d8);
         // this lane's half of a [half][set][4] score array: its own partial sums plus the partner's
         auto mine_half = [&](const float (&sc)[2][NQ][4], float (&out)[4]) {
 #pragma unroll
@@ -859,12 +869,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
           x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
         }
         if constexpr (Q::kQjl) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b (norm, rnorm: bytes 0, 2 of block b)
-          const uint8_t* n0 = mb + rm.norm + r * rm.mst;
+          const uint8_t* n0 = mb + rm.norm + tr * rm.mst;
 #pragma unroll
           for (int tb = 0; tb < Q::kTB; ++tb) {
             const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
             const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
-            const float k8 = qjl_k * ld_f16(nb + 8 * rm.mst) * ld_f16(nb + 8 * rm.mst + 2);
+            const float k8 = qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
             float e4[4];
             mine_half(sq[tb], e4);
 #pragma unroll
@@ -876,9 +886,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
           sm.update_half(x4, alpha);
           rescale_sums();
         }
-        const uint8_t* f0 = mb + rm.scz + r * rm.mst;
+        const uint8_t* f0 = mb + rm.scz + tr * rm.mst;
         const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
-        const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+        const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
         const float pv[4] = {x4[0] * sc0, x4[1] * sc0, x4[2] * sc1, x4[3] * sc1};
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -917,13 +927,13 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
 #pragma unroll
           for (int i = 0; i < 4; ++i) sc4[i] = sa[0][h][0][i] + sa[0][h][NQ - 1][i];
           float fr = raw_scale, fr8 = raw_scale;
-          [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + r * rm.mst;
+          [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
           if constexpr (Q::kLut) {
             fr *= ld_f16(n0);
-            fr8 *= ld_f16(n0 + 8 * rm.mst);
+            fr8 *= ld_f16(n0 + d8 * rm.mst);
             if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256)
               const float frb = raw_scale * ld_f16(n0 + C::kTurboBlockBytes);
-              const float frb8 = raw_scale * ld_f16(n0 + 8 * rm.mst + C::kTurboBlockBytes);
+              const float frb8 = raw_scale * ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
 #pragma unroll
               for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][NQ - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
               fr = fr8 = 1.f;
@@ -935,7 +945,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
               fr8 *= dev::rsqrt_fast(sq1 + nc_eps);
             }
           }
-          const bool v0 = valid(16 * h + r), v1 = valid(16 * h + r + 8);
+          const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
           x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
           x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
           x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
@@ -945,7 +955,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
             for (int tb = 0; tb < Q::kTB; ++tb) {
               const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
               const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
-              const float k8 = qjl_k * ld_f16(nb + 8 * rm.mst) * ld_f16(nb + 8 * rm.mst + 2);
+              const float k8 = qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
 #pragma unroll
               for (int i = 0; i < 4; ++i)
                 x[h][i] = (i < 2 ? v0 : v1) ? fmaf(sq[tb][h][0][i] + sq[tb][h][NQ - 1][i], i < 2 ? k0 : k8, x[h][i])
@@ -960,10 +970,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint8_t* f0 = hb[h] + rm.scz + r * rm.mst;
-          const bool v0 = valid(16 * h + r), v1 = valid(16 * h + r + 8);
+          const uint8_t* f0 = hb[h] + rm.scz + tr * rm.mst;
+          const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
           const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
-          const float sc1 = v1 ? ld_f16(f0 + 8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + 8 * rm.mst + 2) : 0.f;
+          const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
@@ -1029,10 +1039,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       const uint8_t* vp[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        vp[h][0] = hb[h] + rm.code + 2 * p * rm.cst + r * Q::kVRowBytes;
-        vp[h][1] = vp[h][0] + rm.cst;
-        vp[h][2] = vp[h][0] + 8 * rm.cst;
-        vp[h][3] = vp[h][2] + rm.cst;
+        vp[h][0] = hb[h] + rm.code + tv * rm.cst + r * Q::kVRowBytes;
+        vp[h][1] = vp[h][0] + dv1 * rm.cst;
+        vp[h][2] = vp[h][0] + d8 * rm.cst;
+        vp[h][3] = vp[h][2] + dv1 * rm.cst;
       }
       if constexpr (Q::kTurbo) {
         // turbo value blocks: row r takes dims 4r + 32w … +3 (out_dim) as two pair codes
@@ -1375,9 +1385,12 @@ int auto_splits(int batch_groups, int max_tiles, int slots) {
 
 // The kernel for a layout and group size: planes only for the formats
 // planes_support accepts (checked by decode_can_implement before we get here);
-// packed hi/lo query columns for G ≤ 4; heads per CTA 8 at compile time (H8) for the
-// wide-LUT formats' 8-head plans, else at run time (HR).
-template <class C, int HR, int H8, class Fn>
+// packed hi/lo query columns for G ≤ 4; for the wide-LUT formats, heads per CTA known at
+// compile time (HS: 8, 4 and 16 — their plans use all 16 warps, so warps per head too) where
+// the plan has one of them, else at run time (HR). With run-time heads the G > 4 kernels spill
+// and every row offset is computed: at 4 kv heads 10% slower (G 7) and 4% (G 4) than the
+// 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
+template <class C, int HR, int... HS, class Fn>
 void pick_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
   auto packed_or_not = [&](auto p, auto h) {
     constexpr bool P = decltype(p)::value;
@@ -1390,7 +1403,15 @@ void pick_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
   }
   if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
-    if (hpc == 8 && wph == QCfg<C>::kCtaWarps / 8) return packed_or_not(std::false_type{}, std::integral_constant<int, H8>{});
+    bool done = false;
+    auto try_heads = [&](auto h) {
+      constexpr int H = decltype(h)::value, heads = H < 0 ? -H : H;
+      if (done || hpc != heads || wph != QCfg<C>::kCtaWarps / heads) return;
+      done = true;
+      packed_or_not(std::false_type{}, h);
+    };
+    (try_heads(std::integral_constant<int, HS>{}), ...);
+    if (done) return;
   }
   packed_or_not(std::false_type{}, Runtime{});
 }
@@ -1398,7 +1419,7 @@ void pick_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
 template <class C, class Fn>
 void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn) {
   if (sliced) return pick_kernel<C, kSliced, kSliced8>(planes, group, hpc, wph, fn);
-  pick_kernel<C, 0, 8>(planes, group, hpc, wph, fn);
+  pick_kernel<C, 0, 8, 4, 16>(planes, group, hpc, wph, fn);
 }
 
 int decode_device_sms_impl() {

@@ -457,6 +457,35 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
   }
 }
 
+TEST_CASE("decode: 4 kv heads (Qwen 2.5 7B: 28 / 4): 4-head kernels with even / odd token rows", "[decode]") {
+  // The 16-warp kernels (mse / turbo keys, head_dim 128) take 4 kv heads in one CTA with 4 warps
+  // per head, heads per CTA known at compile time; where 4 slots are 8 mod 16 bytes (134-, 118-byte
+  // slots) MMA row r reads token 2r and row r + 8 token 2r + 1 (bank-conflict-free key loads), so
+  // lengths that end inside a 16-token half (5, 17, 31, 47) mask odd and even rows. G = 1, 4
+  // (packed), 7, 8 and 12 (two slices, heads per CTA at run time).
+  struct H {
+    int hq, hkv;
+  };
+  for (const auto& fmt : kDecodeFormats)
+    for (const H h : {H{4, 4}, H{16, 4}, H{28, 4}, H{32, 4}, H{48, 4}}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.lens = {5, 17, 31, 47, 300, 2049};
+      c.splits = h.hq == 28 ? 3 : 0;
+      c.seed = uint64_t(h.hq * 100 + h.hkv + 7);
+      run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+        INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv);
+        REQUIRE(plan.heads_per_cta * plan.head_groups == h.hkv);
+        if (fmt != "f16" && fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // the 16-warp kernels
+          REQUIRE(plan.heads_per_cta == 4);
+          REQUIRE(plan.warps_per_head == 4);
+        }
+      });
+    }
+}
+
 TEST_CASE("launchers: n_kv_heads the decode kernels cannot stream are refused by name", "[api][quick]") {
   // 8-warp kernels (fp8 keys, turbo4-qjl, head_dim 256) take ≤ 8 heads per CTA, and 5 or 2
   // heads' slots are not 16-byte runs; 17 heads exceed the 16-warp kernels' warps.
@@ -616,6 +645,10 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
       c.lens = {17, 40};
       run_decode(c);
     }
+    c.hq = 28;  // 4 kv heads, G = 7 (Qwen 2.5 7B): the 4-head kernels, even / odd token rows
+    c.hkv = 4;
+    c.lens = {17, 40};
+    run_decode(c);
     c.hq = 32;  // 16 kv heads: one CTA of 16 (mse / turbo keys at d 128: the LUT at 128 KB for 134-byte
     c.hkv = 16;  // slots), else two of 8
     run_decode(c);
