@@ -430,7 +430,7 @@ template <class C>
 using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTables>;
 
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
-// H: heads per CTA known at compile time (8, 4, 16: every row stride and ring offset is
+// H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
 // query columns of G > 8 (dev::query_head<true>).
 template <class C, bool P, bool PK, int H>
@@ -1386,7 +1386,7 @@ int auto_splits(int batch_groups, int max_tiles, int slots) {
 // The kernel for a layout and group size: planes only for the formats
 // planes_support accepts (checked by decode_can_implement before we get here);
 // packed hi/lo query columns for G ≤ 4; for the wide-LUT formats, heads per CTA known at
-// compile time (HS: 8, 4 and 16 — their plans use all 16 warps, so warps per head too) where
+// compile time (HS: 8, 4, 16 and 2 — their plans use all 16 warps, so warps per head too) where
 // the plan has one of them, else at run time (HR). With run-time heads the G > 4 kernels spill
 // and every row offset is computed: at 4 kv heads 10% slower (G 7) and 4% (G 4) than the
 // 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
@@ -1419,7 +1419,7 @@ void pick_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
 template <class C, class Fn>
 void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn) {
   if (sliced) return pick_kernel<C, kSliced, kSliced8>(planes, group, hpc, wph, fn);
-  pick_kernel<C, 0, 8, 4, 16>(planes, group, hpc, wph, fn);
+  pick_kernel<C, 0, 8, 4, 16, 2>(planes, group, hpc, wph, fn);
 }
 
 int decode_device_sms_impl() {

@@ -457,17 +457,17 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
   }
 }
 
-TEST_CASE("decode: 4 kv heads (Qwen 2.5 7B: 28 / 4): 4-head kernels with even / odd token rows", "[decode]") {
-  // The 16-warp kernels (mse / turbo keys, head_dim 128) take 4 kv heads in one CTA with 4 warps
-  // per head, heads per CTA known at compile time; where 4 slots are 8 mod 16 bytes (134-, 118-byte
-  // slots) MMA row r reads token 2r and row r + 8 token 2r + 1 (bank-conflict-free key loads), so
-  // lengths that end inside a 16-token half (5, 17, 31, 47) mask odd and even rows. G = 1, 4
-  // (packed), 7, 8 and 12 (two slices, heads per CTA at run time).
+TEST_CASE("decode: 2 and 4 kv heads (Qwen 2.5 3B: 16 / 2, 7B: 28 / 4): compile-time heads, even / odd token rows", "[decode]") {
+  // The 16-warp kernels (mse / turbo keys, head_dim 128) take 2 or 4 kv heads in one CTA with 8
+  // or 4 warps per head, heads per CTA known at compile time; where 4 slots are 8 mod 16 bytes
+  // (134-, 118-byte slots) MMA row r reads token 2r and row r + 8 token 2r + 1 (bank-conflict-free
+  // key loads), so lengths that end inside a 16-token half (5, 17, 31, 47) mask odd and even rows.
+  // G = 1, 4 (packed), 6, 7, 8 and 12 (two slices, heads per CTA at run time).
   struct H {
     int hq, hkv;
   };
   for (const auto& fmt : kDecodeFormats)
-    for (const H h : {H{4, 4}, H{16, 4}, H{28, 4}, H{32, 4}, H{48, 4}}) {
+    for (const H h : {H{4, 4}, H{16, 4}, H{28, 4}, H{32, 4}, H{48, 4}, H{12, 2}, H{16, 2}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.hq = h.hq;
@@ -479,8 +479,8 @@ TEST_CASE("decode: 4 kv heads (Qwen 2.5 7B: 28 / 4): 4-head kernels with even / 
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv);
         REQUIRE(plan.heads_per_cta * plan.head_groups == h.hkv);
         if (fmt != "f16" && fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // the 16-warp kernels
-          REQUIRE(plan.heads_per_cta == 4);
-          REQUIRE(plan.warps_per_head == 4);
+          REQUIRE(plan.heads_per_cta == h.hkv);
+          REQUIRE(plan.warps_per_head == 16 / h.hkv);
         }
       });
     }
