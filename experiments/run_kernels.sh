@@ -70,7 +70,7 @@ fi
 
 if has test; then
   t0=$(date +%s)
-  timeout 300 "$BUILD/tests/gpu/tq_gpu_tests" --durations yes > "$OUT/tests.log" 2>&1
+  timeout 450 "$BUILD/tests/gpu/tq_gpu_tests" --durations yes > "$OUT/tests.log" 2>&1
   rc=$?
   echo "gpu tests: exit $rc in $(( $(date +%s) - t0 )) s: $(grep -E '^(All tests passed|test cases:)' "$OUT/tests.log" | tail -1)"
   [ $rc -eq 0 ] || { status=1; grep -B5 -A25 -m3 "FAILED" "$OUT/tests.log" | head -120; }

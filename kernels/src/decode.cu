@@ -696,15 +696,24 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
   const RowMap rm = row_map<C, P>(hl, hpc);
-  // Tokens of the MMA rows. A token's slot row is kst = hpc·SLOT bytes after the previous one;
-  // lane (r, p) reads rows r and r + 8 at 4p … (4 consecutive words per row over the p lanes).
-  // With kst/4 ≡ 4·odd mod 32 words (8 heads of 134- or 118-byte slots) rows 0–7 fall in 8
+  // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
+  // the score rows). A token's slot row is kst = hpc·SLOT bytes after the previous one. Keys:
+  // lane (r, p) reads rows r and r + 8 at 4p … (4 consecutive words per row over the p lanes);
+  // with kst/4 ≡ 4·odd mod 32 words (8 heads of 134- or 118-byte slots) rows 0–7 fall in 8
   // distinct 4-bank groups; with kst/4 ≡ 2 mod 4 (4 heads) rows r and r + 5 share banks, and
-  // even tokens (2r) do not: there row r is token 2r and row r + 8 token 2r + 1 (kEvenOdd).
-  // Value k-slots 2p, 2p+1, 2p+8, 2p+9 are then tokens 4p, 4p+2, 4p+1, 4p+3.
+  // even tokens (2r) do not: there row r is token 2r and row r + 8 token 2r + 1 (kEvenOdd;
+  // value k-slots 2p, 2p+1, 2p+8, 2p+9 are then tokens 4p, 4p+2, 4p+1, 4p+3). Values: lanes
+  // (·, p) read k-slot 2p's token at 2r (4 words per token); with kst/4 ≡ 8 mod 16 words (16
+  // heads of 134- or 118-byte slots, 8 of turbo2/3/4's 68–132) tokens 2p = 0, 2, 4, 6 fall on two
+  // bank groups, tokens 0–3 on four: there row r is token r/2 + 4·(r & 1) (kSpread; k-slots
+  // 2p, 2p+1 are tokens p, p + 4), the keys' rows r and r + 4 sharing banks as before.
   constexpr bool kEvenOdd = !P && kH > 0 && (kH * SLOT) % 16 == 8;
-  constexpr int d8 = kEvenOdd ? 1 : 8, dv1 = kEvenOdd ? 2 : 1;  // token of row r + 8 / k-slot 2p+1 minus row r's / 2p's
-  const int tr = kEvenOdd ? 2 * r : r, tv = kEvenOdd ? 4 * p : 2 * p;  // token of row r / of k-slot 2p
+  // (not for 3-bit mse keys: k3v4_nc at 64/16 ran 3% slower with it, kernels.md run 30h)
+  constexpr bool kSpread = !P && kH > 0 && (kH * SLOT) % 64 == 32 && !(Q::kMse && C::kKeyBits == 3);
+  // token of row r + 8 / of k-slot 2p+1, minus that of row r / of k-slot 2p
+  constexpr int d8 = kEvenOdd ? 1 : 8, dv1 = kEvenOdd ? 2 : kSpread ? 4 : 1;
+  // token of row r / of k-slot 2p
+  const int tr = kEvenOdd ? 2 * r : kSpread ? (r >> 1) + 4 * (r & 1) : r, tv = kEvenOdd ? 4 * p : kSpread ? p : 2 * p;
   __syncthreads();  // LUT complete
 
   // ---- main loop ----

@@ -430,7 +430,7 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
       c.hq = h.hq;
       c.hkv = h.hkv;
       c.d = h.d;
-      c.lens = {5, 300, 2049};
+      c.lens = {5, 17, 47, 300, 2049};  // ends inside either 16-token half (16 heads: rows r/2 + 4·(r & 1))
       c.seed = uint64_t(h.hq * 100 + h.hkv + h.d);
       run_decode(c, [&](const DecodePlan& plan, const Filled&) {
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d);
