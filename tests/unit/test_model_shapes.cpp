@@ -29,7 +29,7 @@ TEST_CASE("model shapes: every entry is a valid attention shape with a unique na
     CHECK(m.sliding_layers <= m.layers);
     CHECK((m.sliding_layers == 0) == (m.window == 0));
   }
-  CHECK(names.size() >= 20);
+  CHECK(names.size() >= 22);
 }
 
 TEST_CASE("model shapes: cached tokens over all layers keep each window", "[models]") {
@@ -42,5 +42,9 @@ TEST_CASE("model shapes: cached tokens over all layers keep each window", "[mode
   CHECK(tq::cached_tokens_all_layers(tq::find_model_shape("phi-3-mini-4k"), 4096) == 32 * 2047);
   // no window: layers × tokens
   CHECK(tq::cached_tokens_all_layers(tq::find_model_shape("qwen2.5-7b"), 32768) == 28LL * 32768);
+  // Qwen 2.5 3B (Qwen2.5 technical report, table 1): 36 layers, 16 query / 2 kv heads of 128
+  const tq::ModelShape& q3 = tq::find_model_shape("qwen2.5-3b");
+  CHECK(tq::cached_tokens_all_layers(q3, 4096) == 36LL * 4096);
+  CHECK(tq::describe(q3) == "q 16 / kv 2 heads, head_dim 128, 36 layers");
   CHECK(tq::describe(g) == "q 32 / kv 16 heads, head_dim 128, 62 layers, 52 with a 1024-token window");
 }

@@ -26,6 +26,8 @@ constexpr std::array kShapes = {
     ModelShape{"mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", 32, 8, 128, 32},
     ModelShape{"mistral-nemo-12b", "mistralai/Mistral-Nemo-Instruct-2407", 32, 8, 128, 40},
     ModelShape{"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 8, 128, 32},
+    ModelShape{"qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", 12, 2, 128, 28},
+    ModelShape{"qwen2.5-3b", "Qwen/Qwen2.5-3B-Instruct", 16, 2, 128, 36},
     ModelShape{"qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", 28, 4, 128, 28},
     ModelShape{"qwen2.5-72b", "Qwen/Qwen2.5-72B-Instruct", 64, 8, 128, 80},
     ModelShape{"qwen3-8b", "Qwen/Qwen3-8B", 32, 8, 128, 36},
