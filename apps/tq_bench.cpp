@@ -47,8 +47,8 @@ struct Args {
   std::string layers = "all";  // its layers
   int positions = 128;        // query positions decoded per layer
   bool formats_given = false;
-  std::string model;                      // --model NAME: the shape of a known model
-  const tq::ModelShape* shape = nullptr;  // its entry (set from --model)
+  std::string model;                      // --model NAME as given (any case)
+  const tq::ModelShape* shape = nullptr;  // its entry (set from --model): the shape and the canonical name
   bool list_models = false;
   bool simulate_lut = false;  // --check-dump: simulate the decode's key LUT instead of running the kernels
 };
@@ -117,7 +117,7 @@ std::string shape_text(const Args& a) {
       a.seq_lens.empty() ? fmt::format("ctx {}", a.ctx)
                          : fmt::format("seq_lens {} ({} tokens, longest {})", a.seq_lens_spec, total_tokens(a), a.ctx);
   return fmt::format("{}batch {}, q_heads {}, kv_heads {}, head_dim {}, {}, block_size {}, {} pages",
-                     a.model.empty() ? "" : "model " + a.model + ": ", a.batch, a.q_heads, a.kv_heads, a.head_dim,
+                     a.shape ? fmt::format("model {}: ", a.shape->name) : "", a.batch, a.q_heads, a.kv_heads, a.head_dim,
                      tokens, a.block_size, a.pages);
 }
 
@@ -677,7 +677,6 @@ int main(int argc, char** argv) {
     if (a.list_models) return list_models(a.json);
     if (!a.model.empty()) {
       a.shape = &tq::find_model_shape(a.model);
-      a.model = std::string(a.shape->name);
       a.q_heads = a.shape->q_heads;
       a.kv_heads = a.shape->kv_heads;
       a.head_dim = a.shape->head_dim;
