@@ -13,7 +13,7 @@
 
 namespace tq::cuda {
 
-// decode.cu: warps per CTA of the format's quantized decode kernel (QCfg::kCtaWarps), and the
+// decode.cu: warps per CTA of the format's quantized decode kernel (QCfg::kCtaWarps, decode_cfg.cuh), and the
 // heads per CTA it streams n_kv_heads with (0: none)
 int decode_cta_warps(const KernelFormat& f);
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads);

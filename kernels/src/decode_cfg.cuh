@@ -1,0 +1,130 @@
+// Compile-time configuration of the quantized paged decode (internal), shared by the planner and
+// launchers (decode.cu) and the kernel (decode_kernel.cuh). The kernel's instantiations are
+// spread over one translation unit per format (decode_<format>.cu, all head dims each), so a
+// build compiles them in parallel; decode.cu reaches them only through decode_kernel_occupancy
+// and decode_kernel_launch, declared here.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "decode_common.cuh"
+#include "formats.cuh"
+
+namespace tq::cuda {
+
+// The kernel's tables parameter (by value; see TablesFor).
+struct DecodeTables {
+  float centroids[16];
+  float rot_scale;
+  float lut_scale;  // α
+  int nc;
+  uint32_t s1[4], s2[4];  // turbo: sign tables (bit i set = −1), q′ = s2·H·(s1·q)/√128
+};
+// turbo4-qjl kernels' tables (a separate type: a larger DecodeTables parameter changed the
+// other kernels' register allocation and schedules)
+struct DecodeTablesQjl : DecodeTables {
+  uint32_t qs1[4], qs2[4];  // the QJL rotation's sign tables, R = qs2·H·qs1/√128
+  float qjl_scale;          // κ (TurboCodec::qjl_scale): ŷ = c + κ·rnorm·R⁻¹(±1)
+};
+
+// Which instantiation of the quantized decode kernel a launch takes (pick_kernel): the plane
+// layout or not, query columns (G ≤ 8 per launch), heads per CTA, warps per head, and whether
+// the launch is one slice of G > 8 query columns (for_each_query_slice).
+struct DecodeKernelSel {
+  bool planes = false;
+  int group = 0, hpc = 0, wph = 0;
+  bool sliced = false;
+};
+
+// Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
+// decode_<format>.cu: the selected kernel's resident CTAs per SM for `threads` threads and
+// `smem_bytes` of dynamic shared memory (after setting its dynamic shared-memory limit), and
+// its launch. t: every kernel takes its TablesFor<C> part.
+template <class C>
+int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes);
+template <class C>
+void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
+                          const uint8_t* cache, dim3 grid, int threads, int smem_bytes, cudaStream_t stream);
+
+namespace {
+
+constexpr int kSub = 32;       // tokens per warp sub-tile
+// decode_kernel's H for a slice of G > 8 query columns: −1 (heads per CTA: a.hpc) or −8 (8)
+constexpr int kSliced = -1, kSliced8 = -8;
+constexpr int kMaxStages = 4;
+
+// Wide-LUT kernels (QCfg::kWide): the LUT sits at shared address kLutAddr (64 KB
+// aligned, so an entry address is one PRMT of the code byte with kLutAddr | 4·lane),
+// ring pieces below it from the dynamic base and from kRingHi up. Where that ring does not
+// fit (pieces of 16 tokens × 15–16 heads of 134-byte slots: one piece below 64 KB), the LUT
+// moves to kLutAddr2 with the q buffers and three pieces below it (RingLayout); the kernel
+// finds the LUT 64 KB below DecodeArgs::ring_hi. The dynamic base (after the 1 KB system
+// reserve and this kernel's static shared memory) is assumed in [kBaseMin, kBaseMax]; the
+// kernel checks it.
+constexpr uint32_t kLutAddr = 0x10000u, kRingHi = 0x20000u, kBaseMin = 0x400u, kBaseMax = 0x800u;
+constexpr uint32_t kLutBytesWide = 0x10000u, kLutAddr2 = 0x20000u;
+
+template <class C>
+struct QCfg {
+  // turbo2/3/4 (turboquant_plus blocks, keys and values): scores and values in the rotated
+  // domain of each 128-value block (d = 64: one zero-padded block; d = 256: two, each with
+  // its own key norm and value norm), so D — the MMA dims — is 128 · blocks while the
+  // query and output rows have C::kD values. Block b holds MMA dims 128b … 128b + 127
+  // (k-steps 8b …, value m-tiles 8b …).
+  // turbo4-qjl (kQjl, a turbo kind here): {raw norm, residual norm, 3-bit index stream,
+  // 1-bit QJL signs} per block; the score adds norm·κ·rnorm·(R q′)·(±1) — a second MMA
+  // chain over the signs with the query rotated once more — and the values a second
+  // accumulator over the signs, rotated back by R⁻¹ at the write-out (see the kernel).
+  static constexpr bool kQjl = C::kKey == KeyKind::turbo_qjl;
+  static constexpr bool kTurbo = C::kKey == KeyKind::turbo || kQjl;
+  static constexpr int kTB = kTurbo ? C::kTurboBlocks : 1;  // turbo blocks per head (1 otherwise)
+  static constexpr int D = kTurbo ? 128 * kTB : C::kD;
+  static constexpr int kSlot = (C::kKeyBytes + C::kValueBytes + 1) & ~1;
+  static constexpr int kKSteps = D / 16;
+  static constexpr bool kMse = C::kKey == KeyKind::mse;
+  static constexpr bool kLut = kMse || kTurbo;  // keys through the centroid-pair LUT
+  static constexpr int kLutCopies = 32;          // one per lane: conflict-free
+  // d ≤ 128 ("wide LUT"): one 16-warp CTA per SM shares a LUT of 256-byte rows in
+  // dynamic shared memory, so an entry address is (code byte << 8) | 4·lane: one PRMT.
+  // Half of each row is unused (64 KB for 4-bit keys), except with 3-bit mse keys
+  // ("split LUT"): row e's first half holds pair code e & 63 (a pair at bits 0–5 of a
+  // byte), its second half pair code e >> 2 (bits 2–7), so every pair of a lane's 24
+  // code bits is one PRMT from the word or from the word shifted by 4 (key_frag).
+  // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
+  // one), address = LEA.
+  static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
+  // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise: the
+  // ALU form measured 3–11% faster at d = 128 and 256 (fewer shared-memory loads, ~10 per 4
+  // dims before) and 15% slower at d = 64 (kernels.md run 26e)
+  static constexpr bool kSignLut = kQjl && C::kD <= 64;
+  static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
+  static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
+  static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
+  static constexpr int kLutRow = kWide ? 256 : 128;
+  static constexpr int kLutBytes = kLutEntries * kLutRow;
+  static constexpr int kCtaWarps = kWide ? 16 : 8;
+  static constexpr int kPairSteps = D / 32;
+  static constexpr int kVChunk = D * C::kValueBits / 64;          // value-code bytes of D/8 dims (one lane row)
+  // 4-bit values: lane row r reads the u16 words at bytes 2r + 16w (w < kVChunk/2) of each
+  // token's codes, so the 8 rows of a lane quad read 4 consecutive words and the four
+  // quads' tokens (8·slot apart) land in disjoint banks (rows of 8 contiguous bytes per
+  // lane, as the 3-bit path reads them, were 2-way bank conflicted). Word w of row r
+  // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
+  // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
+  // of qs and a sign nibble; turbo2: a byte of qs).
+  static constexpr int kVRowBytes = C::kValueBits == 4 ? 2 : kQjl ? 0 : kTurbo ? 1 : kVChunk;
+  // output dim of row r of m-tile i (row r + 8: the next dim)
+  static __device__ __forceinline__ int out_dim(int r, int i) {
+    return C::kValueBits == 4 || kTurbo ? 4 * r + 32 * (i >> 1) + 2 * (i & 1) : r * (D / 8) + 2 * i;
+  }
+};
+
+template <class C>
+using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTables>;
+
+}  // namespace
+
+}  // namespace tq::cuda
