@@ -220,16 +220,16 @@ int ring_limit() {
 }
 
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
-// `limit`: ring_limit.
+// `limit`: ring_limit; planes: the plane layout (pieces of 16 · hpc slots, no row pad).
 struct RingLayout {
   int split = 1 << 30;  // pieces below ring_hi
   uint32_t hi = 0, qbuf = 0;
   int dyn_bytes = 0;
 };
 template <class C>
-RingLayout ring_layout(int hpc, int wph, int stages, int limit) {
+RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
   using Q = QCfg<C>;
-  const int half = 16 * hpc * Q::kSlot, pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
+  const int half = 16 * (planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc)), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
   RingLayout r;
   if constexpr (Q::kWide) {  // [pieces … | LUT at kLutAddr | pieces … | q buffers]
     r.split = int((kLutAddr - kBaseMax) / uint32_t(half));
@@ -265,6 +265,8 @@ int decode_cta_warps(const KernelFormat& f) {
 // copy them). Every bulk copy costs the CTA: at 16 kv heads, CTAs of 8 heads (16 copies of
 // 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
 // CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
+// (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
+// copies anyway: the conflicts they avoid cost more, run 31e.)
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   const int warps = decode_cta_warps(f);
   if (n_kv_heads <= warps) return n_kv_heads;
@@ -281,6 +283,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     using C = decltype(cfg);
     using Q = QCfg<C>;
     int stage_bytes = 0, stages = 0;
+    const bool planes = cache.layout == CacheLayout::planes;
     // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
     // LUT (not wide), barriers, centroids
     const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
@@ -290,12 +293,12 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
       const int limit = ring_limit<Q>();
       for (stages = kMaxStages; stages >= 2; --stages)
-        if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
+        if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
-      plan.smem_bytes = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
+      plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
     }
     const int group = p.n_q_heads / cache.n_kv_heads;
-    const DecodeKernelSel sel{cache.layout == CacheLayout::planes, std::min(group, kQueryCols), plan.heads_per_cta,
+    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta,
                               plan.warps_per_head, group > kQueryCols};
     plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
   });
@@ -326,18 +329,19 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using C = decltype(cfg);
     using Q = QCfg<C>;
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
-    a.stage_bytes = plan.warps_per_head * kSub * plan.heads_per_cta * Q::kSlot;
+    const bool planes = cache.layout == CacheLayout::planes;
+    const int row = planes ? ring_row_bytes<C, true>(plan.heads_per_cta) : ring_row_bytes<C, false>(plan.heads_per_cta);
+    a.stage_bytes = plan.warps_per_head * kSub * row;
     a.stages = 0;
     const int limit = ring_limit<Q>();
     for (int st = 2; st <= kMaxStages; ++st)
-      if (ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
+      if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
     if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");
-    const RingLayout rl = ring_layout<C>(plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
+    const RingLayout rl = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
-    const bool planes = cache.layout == CacheLayout::planes;
     for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
       const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced};
       decode_kernel_launch<C>(sel, s, t, cache.data, grid, plan.threads, plan.smem_bytes, stream);

@@ -125,6 +125,21 @@ struct QCfg {
 template <class C>
 using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTables>;
 
+// Bytes from one token's row to the next in a ring piece (16 tokens × hpc heads' slots, vLLM
+// layout). A key load reads 4 consecutive words of each of 8 tokens' rows; rows a multiple of
+// 64 bytes apart start on at most 2 bank groups (turbo2/3/4 slots at 16 heads: 4-way conflicts
+// that no token order or row-independent lane → word map avoids, kernels.md run 31d). There the
+// wide-LUT kernels pad each row by 16 bytes (rows 4·odd words apart: 8 distinct groups) and copy
+// a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32 (run 31e).
+// Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
+// 16) stay unpadded: there the per-token copies cost more than the conflicts (turbo4 at 8 heads
+// +62%, 4bit_nc at 16 +24%, run 31e).
+template <class C, bool P>
+__host__ __device__ constexpr int ring_row_bytes(int hpc) {
+  const int row = hpc * QCfg<C>::kSlot;
+  return row + (QCfg<C>::kWide && !P && row % 64 == 0 ? 16 : 0);
+}
+
 }  // namespace
 
 }  // namespace tq::cuda

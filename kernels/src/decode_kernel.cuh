@@ -11,7 +11,8 @@
 // Loads: a ring of `stages` stages, each wph sub-tiles × 32 tokens × hpc heads,
 // filled by the TMA engine (cp.async.bulk, one instruction per contiguous run:
 // a 16-token page slice of all hpc heads in the vLLM layout, 16 per-token runs
-// when hpc < n_kv_heads, three plane runs in the plane layout) completing on a
+// when hpc < n_kv_heads or the rows are padded (ring_row_bytes: turbo slots at 16
+// heads), three plane runs in the plane layout) completing on a
 // "full" mbarrier per stage; every warp releases a stage on its "empty"
 // mbarrier and warp 0 refills it, with block-table entries it loaded one refill
 // earlier (a table lookup inside the refill put an L2 round trip on warp 0's path,
@@ -260,13 +261,13 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
     m.key = m.norm + kHead;
     m.scz = m.norm + C::kKeyBytes;  // the value block's norm (no zero)
     m.code = m.scz + kHead;
-    m.kst = m.cst = m.mst = hpc * SLOT;
+    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc);
   } else {  // [16 tokens][hpc heads][slot]
     m.key = hl * SLOT;
     m.code = m.key + C::kKeyBytes;
     m.norm = m.key + (QCfg<C>::kMse ? IB : 0);
     m.scz = m.key + C::kKeyBytes + VB;
-    m.kst = m.cst = m.mst = hpc * SLOT;
+    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc);
   }
   return m;
 }
@@ -381,7 +382,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   const int S = a.stages;
 
   const uint32_t dyn_base = dev::smem_u32(smem);
-  const int half_bytes = 16 * hpc * SLOT;
+  // a ring piece: 16 token rows of hpc slots + row_pad bytes (ring_row_bytes: a pad where the
+  // stride would put the key loads on few banks); copy_bytes of them come from the cache
+  const int row_pad = ring_row_bytes<C, P>(hpc) - hpc * SLOT;
+  const int half_bytes = 16 * hpc * SLOT + 16 * row_pad, copy_bytes = 16 * hpc * SLOT;
   // shared address of ring piece k = 2·(s·wph + w) + h (stage s, sub-tile w, half h)
   auto piece = [&](int k) -> uint32_t {
     return k < a.ring_split ? dyn_base + uint32_t(k * half_bytes) : a.ring_hi + uint32_t((k - a.ring_split) * half_bytes);
@@ -396,7 +400,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   }
 
   // ---- producer (warp 0): the copies of stage `s` for CTA tile j ----
-  const bool contig = hpc == a.n_kv_heads;
+  const bool contig = hpc == a.n_kv_heads && row_pad == 0;  // the half is one copy
   constexpr int kPlaneRuns = 3;
   const int runs = P ? kPlaneRuns : contig ? 1 : 16;  // copies per 16-token half
   const int64_t row_bytes = int64_t(a.n_kv_heads) * SLOT;
@@ -440,7 +444,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
     const int t_first = rg.begin + j * tile;
     const int halves = min(2 * wph, (rg.end - t_first + 15) >> 4);  // halves with ≥ 1 token in range
     const uint32_t bar = full0 + 8u * uint32_t(s);
-    if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(halves * half_bytes));
+    if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(halves * copy_bytes));
     __syncwarp();
     for (int c0 = 0; c0 < halves * runs; c0 += 32) {
       const int c = c0 + lane;
@@ -458,9 +462,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
         const int len = k == 0 ? hpc * 16 * IB : k == 1 ? hpc * 16 * VB : hpc * 96;
         dev::bulk_copy_g2s(dst + soff, g + goff, uint32_t(len), bar);
       } else if (contig) {
-        dev::bulk_copy_g2s(dst, g, uint32_t(half_bytes), bar);
-      } else {  // token k's run of this CTA's hpc (= 8) heads
-        dev::bulk_copy_g2s(dst + k * hpc * SLOT, g + k * row_bytes + hg * hpc * SLOT, uint32_t(hpc * SLOT), bar);
+        dev::bulk_copy_g2s(dst, g, uint32_t(copy_bytes), bar);
+      } else {  // token k's run of this CTA's hpc heads (to a padded row, or hpc < n_kv_heads)
+        dev::bulk_copy_g2s(dst + k * (hpc * SLOT + row_pad), g + k * row_bytes + hg * hpc * SLOT, uint32_t(hpc * SLOT), bar);
       }
     }
   };

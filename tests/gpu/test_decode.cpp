@@ -417,7 +417,8 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
   // one copy, one warp each: (40,10) = Phi-4's G=4, (12,12) G=1, (160,10) G=16 (two slices),
   // (30,10) at d 64, (26,13), (32,16) = Gemma 2/3 27B's G=2, (64,16) G=4, (15,15) — 15 and 16
   // heads of 134-byte slots fit a 2-stage ring only with the LUT at 128 KB (RingLayout) —, and
-  // (32,32) (MHA) in two CTAs of 16 heads with per-token copies of their slots; the
+  // (32,32) (MHA) in two CTAs of 16 heads with per-token copies of their slots (turbo2/3/4 at
+  // 16 heads, contiguous or not: rows padded by 16 bytes, ring_row_bytes, 16 copies a page); the
   // FP16 baseline takes the largest divisor of n_kv_heads with 8 warps per CTA: 10 → 2 heads ×
   // 4 warps, 12 → 4 × 2, 13 and 15 → 1 × 8, 16 → 8 × 1.
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
