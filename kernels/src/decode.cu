@@ -219,8 +219,14 @@ int ring_limit() {
   return decode_device_smem_optin() - decode_static_smem<Q>();
 }
 
+// Bytes per token row of a ring piece (ring_row_bytes; the plane layout is never padded).
+template <class C>
+int ring_row(bool planes, int hpc) {
+  return planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc);
+}
+
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
-// `limit`: ring_limit; planes: the plane layout (pieces of 16 · hpc slots, no row pad).
+// `limit`: ring_limit; planes: the plane layout.
 struct RingLayout {
   int split = 1 << 30;  // pieces below ring_hi
   uint32_t hi = 0, qbuf = 0;
@@ -229,7 +235,7 @@ struct RingLayout {
 template <class C>
 RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
   using Q = QCfg<C>;
-  const int half = 16 * (planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc)), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
+  const int half = 16 * ring_row<C>(planes, hpc), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
   RingLayout r;
   if constexpr (Q::kWide) {  // [pieces … | LUT at kLutAddr | pieces … | q buffers]
     r.split = int((kLutAddr - kBaseMax) / uint32_t(half));
@@ -266,7 +272,7 @@ int decode_cta_warps(const KernelFormat& f) {
 // 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
 // CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
-// copies anyway: the conflicts they avoid cost more, run 31e.)
+// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e.)
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   const int warps = decode_cta_warps(f);
   if (n_kv_heads <= warps) return n_kv_heads;
@@ -330,8 +336,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using Q = QCfg<C>;
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     const bool planes = cache.layout == CacheLayout::planes;
-    const int row = planes ? ring_row_bytes<C, true>(plan.heads_per_cta) : ring_row_bytes<C, false>(plan.heads_per_cta);
-    a.stage_bytes = plan.warps_per_head * kSub * row;
+    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta);
     a.stages = 0;
     const int limit = ring_limit<Q>();
     for (int st = 2; st <= kMaxStages; ++st)

@@ -619,7 +619,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
   const RowMap rm = row_map<C, P>(hl, hpc);
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
-  // the score rows). A token's slot row is kst = hpc·SLOT bytes after the previous one. Keys:
+  // the score rows). A token's slot row is kst = hpc·SLOT bytes after the previous one (+ 16 where
+  // ring_row_bytes pads it: rows ≡ 0 mod 64 bytes, where neither order below applies). Keys:
   // lane (r, p) reads rows r and r + 8 at 4p … (4 consecutive words per row over the p lanes);
   // with kst/4 ≡ 4·odd mod 32 words (8 heads of 134- or 118-byte slots) rows 0–7 fall in 8
   // distinct 4-bank groups; with kst/4 ≡ 2 mod 4 (4 heads) rows r and r + 5 share banks, and
