@@ -92,6 +92,9 @@ __device__ __forceinline__ void mma_1688(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
+// Brings the 128-byte line holding p into L1 (and L2) ahead of a load; writes no register.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+
 // One 32-bit shared-memory load at a shared-window address (no generic → shared conversion).
 __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
   uint32_t v;

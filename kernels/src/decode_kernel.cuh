@@ -438,6 +438,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
         qraw[i][k].y = 2 * i + 1 < a.group && in ? qrow[j + a.q_sh] : __ushort_as_half(0);
       }
     }
+  } else if (ws == 0) {
+    // G > 4: the prologue loads the heads one ahead, each waiting for the previous; their
+    // lines prefetched here, at kernel entry (no registers), turn those HBM round trips into
+    // cache hits
+    constexpr int kLines = (2 * C::kD + 127) / 128;  // 128-byte lines of a query row
+    if (lane < a.group * kLines) dev::prefetch_l1(q_row(lane / kLines) + 64 * (lane % kLines));
   }
   // pages: lane src0 + x holds the page of half x of tile j
   auto issue = [&](int j, int s, int pages, int src0) {
