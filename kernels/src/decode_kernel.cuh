@@ -532,54 +532,64 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   // turbo4-qjl: the fragments of q″ = R q′ (the QJL rotation of the rotated query), as qf
   [[maybe_unused]] uint32_t q2f[Q::kQjl ? NQ : 1][Q::kQjl ? KS : 1][2] = {};
   // query head g (turbo: s1 · q, zero-padded to the block) in registers, element
-  // lane + 32k: the FWHT across the warp (shuffles), then through qbuf into the
-  // fragment order
+  // lane + 32k: the FWHT across the warp (shuffles); then every lane splits its own
+  // elements (scaled) into fp16 hi + lo and stages them in qbuf as two half rows, from which
+  // the lanes holding head g's fragments take theirs with 8-byte loads. (The lanes of head g
+  // alone converting their 32 elements from a float row, while the rest of the warp waited,
+  // was ~200 dependent instructions per head.)
   auto q_head = [&](int g, float (&y)[D / 32]) {
+    __half* const hrow = reinterpret_cast<__half*>(qbuf);  // hi: halves [0, D), lo: [D, 2D)
+    const bool mine = PK ? (r & 3) == g : r == g;
+    auto frags = [&](uint32_t (&f)[NQ][KS][2], const float (&v)[D / 32]) {  // v → f (this lane's head)
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const __half h = __float2half_rn(v[k]);
+        hrow[lane + 32 * k] = h;
+        hrow[D + lane + 32 * k] = __float2half_rn(v[k] - __half2float(h));
+      }
+      __syncwarp();
+      if (mine) {
+        const bool lo_col = PK && r >= 4;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+          const int base = 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);  // dims base … +3: b0 = +0, +1; b1 = +2, +3
+          if constexpr (PK) {
+            const uint2 w = *reinterpret_cast<const uint2*>(hrow + (lo_col ? D : 0) + base);
+            f[0][ks][0] = w.x;
+            f[0][ks][1] = w.y;
+          } else {
+            const uint2 h = *reinterpret_cast<const uint2*>(hrow + base);
+            const uint2 l = *reinterpret_cast<const uint2*>(hrow + D + base);
+            f[0][ks][0] = h.x;
+            f[0][ks][1] = h.y;
+            f[NQ - 1][ks][0] = l.x;
+            f[NQ - 1][ks][1] = l.y;
+          }
+        }
+      }
+      __syncwarp();
+    };
     float sc = 1.f;
     if constexpr (Q::kLut) {
       block_fwht<Q::kTB>(y, lane);
       sc = t.rot_scale;
     }
+    float v[D / 32];
 #pragma unroll
-    for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = Q::kTurbo && (t.s2[k & 3] >> lane) & 1u ? -y[k] : y[k];
-    __syncwarp();
-    const bool mine = PK ? (r & 3) == g : r == g;
-    auto frags = [&](uint32_t (&f)[NQ][KS][2], float scale) {  // qbuf · scale → f (this lane's head)
-      if (!mine) return;
-      const bool lo_col = PK && r >= 4;
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        const int base = 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {  // u = 0: dims +0, +1 (b0); u = 1: dims +2, +3 (b1)
-          const float v0 = qbuf[base + 2 * u] * scale, v1 = qbuf[base + 2 * u + 1] * scale;
-          const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
-          const uint32_t hi = dev::pack_half2_raw(h0, h1);
-          const uint32_t lo = dev::pack_half2(v0 - __half2float(h0), v1 - __half2float(h1));
-          if constexpr (PK) {
-            f[0][ks][u] = lo_col ? lo : hi;
-          } else {
-            f[0][ks][u] = hi;
-            f[NQ - 1][ks][u] = lo;
-          }
-        }
-      }
-    };
-    frags(qf, sc);
-    __syncwarp();
-    if constexpr (Q::kQjl) {  // q″ = qs2 · H(qs1 · q′) / √128 per block (q′ = qbuf · sc)
+    for (int k = 0; k < D / 32; ++k) v[k] = (Q::kTurbo && (t.s2[k & 3] >> lane) & 1u ? -y[k] : y[k]) * sc;
+    frags(qf, v);
+    if constexpr (Q::kQjl) {  // q″ = qs2 · H(qs1 · q′) / √128 per block (q′ = s2 · y · sc)
       float y2[D / 32];
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
-        const bool neg = ((t.s2[k & 3] ^ t.qs1[k & 3]) >> lane) & 1u;  // qbuf's s2 sign and qs1
+        const bool neg = ((t.s2[k & 3] ^ t.qs1[k & 3]) >> lane) & 1u;  // q′'s s2 sign and qs1
         y2[k] = neg ? -y[k] : y[k];
       }
       block_fwht<Q::kTB>(y2, lane);
+      const float sc2 = sc * t.rot_scale;
 #pragma unroll
-      for (int k = 0; k < D / 32; ++k) qbuf[lane + 32 * k] = (t.qs2[k & 3] >> lane) & 1u ? -y2[k] : y2[k];
-      __syncwarp();
-      frags(q2f, sc * t.rot_scale);
-      __syncwarp();
+      for (int k = 0; k < D / 32; ++k) v[k] = ((t.qs2[k & 3] >> lane) & 1u ? -y2[k] : y2[k]) * sc2;
+      frags(q2f, v);
     }
   };
   auto s1_sign = [&](int k, float v) { return Q::kTurbo && (t.s1[k & 3] >> lane) & 1u ? -v : v; };
