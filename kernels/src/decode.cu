@@ -219,10 +219,11 @@ int ring_limit() {
   return decode_device_smem_optin() - decode_static_smem<Q>();
 }
 
-// Bytes per token row of a ring piece (ring_row_bytes; the plane layout is never padded).
+// Bytes per token row of a ring piece (ring_row_bytes; the plane layout is never padded; split:
+// ring_split_rows).
 template <class C>
-int ring_row(bool planes, int hpc) {
-  return planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc);
+int ring_row(bool planes, int hpc, bool split) {
+  return planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc, split);
 }
 
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
@@ -233,9 +234,9 @@ struct RingLayout {
   int dyn_bytes = 0;
 };
 template <class C>
-RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
+RingLayout ring_layout(bool planes, bool split, int hpc, int wph, int stages, int limit) {
   using Q = QCfg<C>;
-  const int half = 16 * ring_row<C>(planes, hpc), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
+  const int half = 16 * ring_row<C>(planes, hpc, split), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
   RingLayout r;
   if constexpr (Q::kWide) {  // [pieces … | LUT at kLutAddr | pieces … | q buffers]
     r.split = int((kLutAddr - kBaseMax) / uint32_t(half));
@@ -272,7 +273,9 @@ int decode_cta_warps(const KernelFormat& f) {
 // 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
 // CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
-// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e.)
+// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e. A CTA with
+// only some of the heads, which copies per token anyway, also pads the rows of 2-way conflicts:
+// ring_split_rows.)
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   const int warps = decode_cta_warps(f);
   if (n_kv_heads <= warps) return n_kv_heads;
@@ -296,16 +299,17 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     const int static_smem = decode_static_smem<Q>();
     plan_layout(cache.n_kv_heads, decode_heads_per_cta(f, cache.n_kv_heads), kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
+    const int group = p.n_q_heads / cache.n_kv_heads;
+    const bool sliced = group > kQueryCols;
+    const bool split = ring_split_rows<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
       const int limit = ring_limit<Q>();
       for (stages = kMaxStages; stages >= 2; --stages)
-        if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
+        if (ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
-      plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
+      plan.smem_bytes = ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
     }
-    const int group = p.n_q_heads / cache.n_kv_heads;
-    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta,
-                              plan.warps_per_head, group > kQueryCols};
+    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta, plan.warps_per_head, sliced, split};
     plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
   });
   finish_plan(p, f.head_dim, sm_count, kSub, plan);
@@ -336,19 +340,20 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using Q = QCfg<C>;
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     const bool planes = cache.layout == CacheLayout::planes;
-    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta);
+    const bool split = ring_split_rows<C>(planes, a.group_stride > kQueryCols, plan.heads_per_cta, cache.n_kv_heads);
+    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta, split);
     a.stages = 0;
     const int limit = ring_limit<Q>();
     for (int st = 2; st <= kMaxStages; ++st)
-      if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
+      if (ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
     if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");
-    const RingLayout rl = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
+    const RingLayout rl = ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
-      const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced};
+      const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, split};
       decode_kernel_launch<C>(sel, s, t, cache.data, grid, plan.threads, plan.smem_bytes, stream);
     });
   });

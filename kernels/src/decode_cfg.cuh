@@ -37,6 +37,7 @@ struct DecodeKernelSel {
   bool planes = false;
   int group = 0, hpc = 0, wph = 0;
   bool sliced = false;
+  bool split_rows = false;  // ring_split_rows: the SPLIT variant (padded rows of a CTA with some of the heads)
 };
 
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
@@ -132,12 +133,23 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // wide-LUT kernels pad each row by 16 bytes (rows 4·odd words apart: 8 distinct groups) and copy
 // a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32 (run 31e).
 // Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
-// 16) stay unpadded: there the per-token copies cost more than the conflicts (turbo4 at 8 heads
-// +62%, 4bit_nc at 16 +24%, run 31e).
+// 16) stay unpadded where the CTA holds every kv head: there the per-token copies cost more than
+// the conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%, run 31e). split: the CTA holds only
+// some of the cache's kv heads (MHA 32/32: 16 of 32), so its pages go in per-token copies anyway,
+// and those rows are padded as well (4bit_nc at 32/32 −7%, k3v4_nc −5%, run 31e; ring_split_rows).
 template <class C, bool P>
-__host__ __device__ constexpr int ring_row_bytes(int hpc) {
+__host__ __device__ constexpr int ring_row_bytes(int hpc, bool split = false) {
   const int row = hpc * QCfg<C>::kSlot;
-  return row + (QCfg<C>::kWide && !P && row % 64 == 0 ? 16 : 0);
+  return row + (QCfg<C>::kWide && !P && (row % 64 == 0 || (split && row % 32 == 0)) ? 16 : 0);
+}
+
+// Whether a launch pads its rows as a split CTA (ring_row_bytes' split): only the compile-time
+// 8- and 16-head kernels have that variant (decode_kernel's SPLIT), and only where it changes the
+// row; the planner and the kernel choice both ask this.
+template <class C>
+constexpr bool ring_split_rows(bool planes, bool sliced, int hpc, int n_kv_heads) {
+  return !planes && !sliced && hpc < n_kv_heads && (hpc == 8 || hpc == 16) &&
+         ring_row_bytes<C, false>(hpc, true) != ring_row_bytes<C, false>(hpc, false);
 }
 
 }  // namespace

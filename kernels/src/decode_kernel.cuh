@@ -242,7 +242,7 @@ __device__ __forceinline__ uint32_t biased_half2(uint32_t x) { return (x << 6) |
 struct RowMap {
   int key, code, norm, scz, kst, cst, mst;
 };
-template <class C, bool P>
+template <class C, bool P, bool SPLIT>
 __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
   constexpr int SLOT = QCfg<C>::kSlot, IB = C::kIdxBytes, VB = C::kValueCodeBytes;
   RowMap m;
@@ -261,13 +261,13 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
     m.key = m.norm + kHead;
     m.scz = m.norm + C::kKeyBytes;  // the value block's norm (no zero)
     m.code = m.scz + kHead;
-    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc);
+    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc, SPLIT);
   } else {  // [16 tokens][hpc heads][slot]
     m.key = hl * SLOT;
     m.code = m.key + C::kKeyBytes;
     m.norm = m.key + (QCfg<C>::kMse ? IB : 0);
     m.scz = m.key + C::kKeyBytes + VB;
-    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc);
+    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc, SPLIT);
   }
   return m;
 }
@@ -351,8 +351,9 @@ struct Softmax32 {
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
-// query columns of G > 8 (dev::query_head<true>).
-template <class C, bool P, bool PK, int H>
+// query columns of G > 8 (dev::query_head<true>). SPLIT (H = 8, 16; ring_split_rows): the CTA
+// holds some of the kv heads and its ring rows are padded as ring_row_bytes(hpc, true) says.
+template <class C, bool P, bool PK, int H, bool SPLIT = false>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2)
     decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
   using Q = QCfg<C>;
@@ -384,7 +385,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   const uint32_t dyn_base = dev::smem_u32(smem);
   // a ring piece: 16 token rows of hpc slots + row_pad bytes (ring_row_bytes: a pad where the
   // stride would put the key loads on few banks); copy_bytes of them come from the cache
-  const int row_pad = ring_row_bytes<C, P>(hpc) - hpc * SLOT;
+  const int row_pad = ring_row_bytes<C, P>(hpc, SPLIT) - hpc * SLOT;
   const int half_bytes = 16 * hpc * SLOT + 16 * row_pad, copy_bytes = 16 * hpc * SLOT;
   // shared address of ring piece k = 2·(s·wph + w) + h (stage s, sub-tile w, half h)
   auto piece = [&](int k) -> uint32_t {
@@ -633,10 +634,12 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   [[maybe_unused]] const uint32_t slut_lane = dev::smem_u32(slut) + 8u * uint32_t(lane);
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
-  const RowMap rm = row_map<C, P>(hl, hpc);
+  const RowMap rm = row_map<C, P, SPLIT>(hl, hpc);
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
   // the score rows). A token's slot row is kst = hpc·SLOT bytes after the previous one (+ 16 where
-  // ring_row_bytes pads it: rows ≡ 0 mod 64 bytes, where neither order below applies). Keys:
+  // ring_row_bytes pads it: rows ≡ 0 mod 64 bytes, where neither order below applies; in SPLIT
+  // kernels also rows ≡ 32 mod 64, where kSpread still applies: with the pad, kst/4 ≡ 12 mod 16
+  // words, both its order and the plain one are conflict-free). Keys:
   // lane (r, p) reads rows r and r + 8 at 4p … (4 consecutive words per row over the p lanes);
   // with kst/4 ≡ 4·odd mod 32 words (8 heads of 134- or 118-byte slots) rows 0–7 fall in 8
   // distinct 4-bank groups; with kst/4 ≡ 2 mod 4 (4 heads) rows r and r + 5 share banks, and
@@ -1246,35 +1249,40 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
 // and every row offset is computed: at 4 kv heads 10% slower (G 7) and 4% (G 4) than the
 // 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
 template <class C, int HR, int... HS, class Fn>
-void pick_kernel(bool planes, int group, int hpc, int wph, Fn&& fn) {
-  auto packed_or_not = [&](auto p, auto h) {
-    constexpr bool P = decltype(p)::value;
+void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  auto packed_or_not = [&](auto p, auto h, auto split) {
+    constexpr bool P = decltype(p)::value, SPLIT = decltype(split)::value;
     constexpr int H = decltype(h)::value;
-    return group <= 4 ? fn(decode_kernel<C, P, true, H>) : fn(decode_kernel<C, P, false, H>);
+    return sel.group <= 4 ? fn(decode_kernel<C, P, true, H, SPLIT>) : fn(decode_kernel<C, P, false, H, SPLIT>);
   };
   using Runtime = std::integral_constant<int, HR>;
   if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
-    if (planes) return packed_or_not(std::true_type{}, Runtime{});
+    if (sel.planes) return packed_or_not(std::true_type{}, Runtime{}, std::false_type{});
   }
-  if (planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
+  if (sel.planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
     bool done = false;
     auto try_heads = [&](auto h) {
       constexpr int H = decltype(h)::value, heads = H < 0 ? -H : H;
-      if (done || hpc != heads || wph != QCfg<C>::kCtaWarps / heads) return;
+      if (done || sel.hpc != heads || sel.wph != QCfg<C>::kCtaWarps / heads) return;
       done = true;
-      packed_or_not(std::false_type{}, h);
+      if (!sel.split_rows) return packed_or_not(std::false_type{}, h, std::false_type{});
+      // (instantiated only where ring_split_rows can be true: 8 and 16 heads whose rows it pads)
+      if constexpr (H > 0 && ring_row_bytes<C, false>(heads, true) != ring_row_bytes<C, false>(heads, false))
+        return packed_or_not(std::false_type{}, h, std::true_type{});
+      throw_error("paged_decode: no split-row kernel for these heads per CTA (internal)");
     };
     (try_heads(std::integral_constant<int, HS>{}), ...);
     if (done) return;
   }
-  packed_or_not(std::false_type{}, Runtime{});
+  if (sel.split_rows) throw_error("paged_decode: no split-row kernel for these heads per CTA (internal)");
+  packed_or_not(std::false_type{}, Runtime{}, std::false_type{});
 }
-// sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice)
+// sel.sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice)
 template <class C, class Fn>
-void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn) {
-  if (sliced) return pick_kernel<C, kSliced, kSliced8>(planes, group, hpc, wph, fn);
-  pick_kernel<C, 0, 8, 4, 16, 2>(planes, group, hpc, wph, fn);
+void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  if (sel.sliced) return pick_kernel<C, kSliced, kSliced8>(sel, fn);
+  pick_kernel<C, 0, 8, 4, 16, 2>(sel, fn);
 }
 
 }  // namespace
@@ -1282,7 +1290,7 @@ void with_kernel(bool planes, int group, int hpc, int wph, bool sliced, Fn&& fn)
 template <class C>
 int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes) {
   int occ = 0;
-  with_kernel<C>(sel.planes, sel.group, sel.hpc, sel.wph, sel.sliced, [&](auto kern) {
+  with_kernel<C>(sel, [&](auto kern) {
     TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem_bytes));
   });
@@ -1292,7 +1300,7 @@ int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_by
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
                           const uint8_t* cache, dim3 grid, int threads, int smem_bytes, cudaStream_t stream) {
-  with_kernel<C>(sel.planes, sel.group, sel.hpc, sel.wph, sel.sliced, [&](auto kern) {
+  with_kernel<C>(sel, [&](auto kern) {
     TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     kern<<<grid, threads, smem_bytes, stream>>>(a, static_cast<const TablesFor<C>&>(t), cache);
     TQ_CUDA_CHECK(cudaGetLastError());

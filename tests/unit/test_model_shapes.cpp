@@ -29,7 +29,7 @@ TEST_CASE("model shapes: every entry is a valid attention shape with a unique na
     CHECK(m.sliding_layers <= m.layers);
     CHECK((m.sliding_layers == 0) == (m.window == 0));
   }
-  CHECK(names.size() >= 22);
+  CHECK(names.size() >= 24);
 }
 
 TEST_CASE("model shapes: cached tokens over all layers keep each window", "[models]") {
@@ -47,4 +47,9 @@ TEST_CASE("model shapes: cached tokens over all layers keep each window", "[mode
   CHECK(tq::cached_tokens_all_layers(q3, 4096) == 36LL * 4096);
   CHECK(tq::describe(q3) == "q 16 / kv 2 heads, head_dim 128, 36 layers");
   CHECK(tq::describe(g) == "q 32 / kv 16 heads, head_dim 128, 62 layers, 52 with a 1024-token window");
+  // Llama 2 13B (config.json: hidden_size 5120 over 40 attention heads, 40 layers; as many kv
+  // heads as query heads)
+  const tq::ModelShape& l2 = tq::find_model_shape("llama-2-13b");
+  CHECK(tq::describe(l2) == "q 40 / kv 40 heads, head_dim 128, 40 layers");
+  CHECK(tq::cached_tokens_all_layers(l2, 4096) == 40LL * 4096);
 }

@@ -23,6 +23,9 @@ constexpr std::array kShapes = {
     ModelShape{"llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 8, 128, 32},
     ModelShape{"llama-3.1-70b", "meta-llama/Llama-3.1-70B", 64, 8, 128, 80},
     ModelShape{"llama-3.1-405b", "meta-llama/Llama-3.1-405B", 128, 8, 128, 126},
+    // multi-head attention (one kv head per query head), as in much of the KV-cache literature
+    ModelShape{"llama-2-7b", "meta-llama/Llama-2-7b-hf", 32, 32, 128, 32},
+    ModelShape{"llama-2-13b", "meta-llama/Llama-2-13b-hf", 40, 40, 128, 40},
     ModelShape{"mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", 32, 8, 128, 32},
     ModelShape{"mistral-nemo-12b", "mistralai/Mistral-Nemo-Instruct-2407", 32, 8, 128, 40},
     ModelShape{"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 8, 128, 32},
