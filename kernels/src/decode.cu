@@ -300,7 +300,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     plan_layout(cache.n_kv_heads, decode_heads_per_cta(f, cache.n_kv_heads), kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     const int group = p.n_q_heads / cache.n_kv_heads;
-    const bool sliced = group > kQueryCols;
+    const bool sliced = sliced_launches(group);
     const bool split = ring_split_rows<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
       const int limit = ring_limit<Q>();
@@ -340,7 +340,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using Q = QCfg<C>;
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     const bool planes = cache.layout == CacheLayout::planes;
-    const bool split = ring_split_rows<C>(planes, a.group_stride > kQueryCols, plan.heads_per_cta, cache.n_kv_heads);
+    const bool split = ring_split_rows<C>(planes, sliced_launches(a.group_stride), plan.heads_per_cta, cache.n_kv_heads);
     a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta, split);
     a.stages = 0;
     const int limit = ring_limit<Q>();

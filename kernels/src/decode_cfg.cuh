@@ -143,13 +143,19 @@ __host__ __device__ constexpr int ring_row_bytes(int hpc, bool split = false) {
   return row + (QCfg<C>::kWide && !P && (row % 64 == 0 || (split && row % 32 == 0)) ? 16 : 0);
 }
 
+// Whether hpc heads' rows differ as a split CTA's: the condition for decode_kernel's SPLIT
+// variant (instantiated for the compile-time 8- and 16-head kernels where it holds, pick_kernel).
+template <class C>
+constexpr bool split_rows_padded(int hpc) {
+  return ring_row_bytes<C, false>(hpc, true) != ring_row_bytes<C, false>(hpc, false);
+}
+
 // Whether a launch pads its rows as a split CTA (ring_row_bytes' split): only the compile-time
-// 8- and 16-head kernels have that variant (decode_kernel's SPLIT), and only where it changes the
-// row; the planner and the kernel choice both ask this.
+// 8- and 16-head kernels have that variant, and only where it changes the row; the planner and
+// the launch both ask this.
 template <class C>
 constexpr bool ring_split_rows(bool planes, bool sliced, int hpc, int n_kv_heads) {
-  return !planes && !sliced && hpc < n_kv_heads && (hpc == 8 || hpc == 16) &&
-         ring_row_bytes<C, false>(hpc, true) != ring_row_bytes<C, false>(hpc, false);
+  return !planes && !sliced && hpc < n_kv_heads && (hpc == 8 || hpc == 16) && split_rows_padded<C>(hpc);
 }
 
 }  // namespace

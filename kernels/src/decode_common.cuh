@@ -297,6 +297,8 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
 // take query_passes(G) launches, each reading the cache.
 constexpr int kQueryCols = 8;
 constexpr int query_passes(int group) { return (group + kQueryCols - 1) / kQueryCols; }
+// Whether G query heads per kv head take sliced launches (more than one pass: the SLICED kernels).
+constexpr bool sliced_launches(int group) { return group > kQueryCols; }
 
 // Stage 1 for G > 8 query heads per kv head: fn(slice, true) once per slice of ≤ 8
 // consecutive columns (query heads g0 … g0 + slice.group − 1 of every kv head), with q, out
@@ -304,7 +306,7 @@ constexpr int query_passes(int group) { return (group + kQueryCols - 1) / kQuery
 // heads). G ≤ 8: fn(a, false), unchanged. The flag picks the SLICED kernels (dev::query_head).
 template <class Fn>
 void for_each_query_slice(const DecodeArgs& a, int head_dim, Fn&& fn) {
-  const bool sliced = a.group_stride > kQueryCols;
+  const bool sliced = sliced_launches(a.group_stride);
   for (int g0 = 0; g0 < a.group_stride; g0 += kQueryCols) {
     DecodeArgs s = a;
     s.group = a.group_stride - g0 < kQueryCols ? a.group_stride - g0 : kQueryCols;

@@ -1265,12 +1265,12 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
     auto try_heads = [&](auto h) {
       constexpr int H = decltype(h)::value, heads = H < 0 ? -H : H;
       if (done || sel.hpc != heads || sel.wph != QCfg<C>::kCtaWarps / heads) return;
+      constexpr bool kSplitVariant = H > 0 && split_rows_padded<C>(heads);  // (ring_split_rows' kernels)
+      if (sel.split_rows && !kSplitVariant) return;  // refused below
       done = true;
-      if (!sel.split_rows) return packed_or_not(std::false_type{}, h, std::false_type{});
-      // (instantiated only where ring_split_rows can be true: 8 and 16 heads whose rows it pads)
-      if constexpr (H > 0 && ring_row_bytes<C, false>(heads, true) != ring_row_bytes<C, false>(heads, false))
-        return packed_or_not(std::false_type{}, h, std::true_type{});
-      throw_error("paged_decode: no split-row kernel for these heads per CTA (internal)");
+      if constexpr (kSplitVariant)
+        if (sel.split_rows) return packed_or_not(std::false_type{}, h, std::true_type{});
+      packed_or_not(std::false_type{}, h, std::false_type{});
     };
     (try_heads(std::integral_constant<int, HS>{}), ...);
     if (done) return;
