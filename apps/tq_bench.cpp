@@ -347,6 +347,8 @@ int run_gpu(const Args& a) {
       dj.set("num_splits", d.plan.num_splits);
       dj.set("items", d.plan.items);  // CTAs per head group the batch's tokens are dealt out over
       dj.set("parts", d.plan.parts);
+      dj.set("heads_per_cta", d.plan.heads_per_cta);
+      dj.set("tensor_map", d.plan.tensor_map);  // 16-token page slices as tensor-map boxes (CTAs of some heads)
       // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once; kv_bytes
       // and pct_copy count every slot once)
       dj.set("query_passes", d.plan.query_passes);

@@ -70,6 +70,15 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// The box at coordinates (x, y) of a 2-D tensor map (a CUtensorMap in kernel-parameter,
+// constant or global memory, by generic address) → shared (128-byte aligned, the box dense).
+__device__ __forceinline__ void tensor_copy_g2s_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
 
 // ---- tensor cores -----------------------------------------------------------
 // D(16x8, f32) += A(16x16, f16, row) · B(16x8, f16, col). Fragments (lane l,

@@ -258,6 +258,35 @@ RingLayout ring_layout(bool planes, bool split, int hpc, int wph, int stages, in
   return r;
 }
 
+// The cache's tensor map for the TM kernels (tm_copies): 2-D, 8-byte elements; x: the bytes of
+// a token row (n_kv_heads slots) / 8, y: the cache's token rows (num_blocks · block_size);
+// box: hpc slots × 16 rows. False where it cannot be encoded (no driver entry point, a stride
+// or base the TMA cannot take, 2^31 rows or more): the launch copies per token then.
+bool encode_cache_map(const PagedCache& cache, int slot, int hpc, CUtensorMap& map) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                              const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return Encode(nullptr);
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  const int64_t row = int64_t(cache.n_kv_heads) * slot, rows = cache.num_blocks * cache.block_size;
+  if (!encode || row % 16 || (hpc * slot) % 16 || hpc * slot > 256 * 8 || rows >= (int64_t(1) << 31) ||
+      reinterpret_cast<uintptr_t>(cache.data) % 16)
+    return false;
+  const cuuint64_t dims[2] = {cuuint64_t(row / 8), cuuint64_t(rows)}, strides[1] = {cuuint64_t(row)};
+  const cuuint32_t box[2] = {cuuint32_t(hpc * slot / 8), 16u}, elem_strides[2] = {1u, 1u};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, cache.data, dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 int decode_cta_warps(const KernelFormat& f) {
   int warps = 0;
   dispatch_decode_format(f, [&](auto cfg) { warps = QCfg<decltype(cfg)>::kCtaWarps; });
@@ -275,10 +304,16 @@ int decode_cta_warps(const KernelFormat& f) {
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
 // copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e. A CTA with
 // only some of the heads, which copies per token anyway, also pads the rows of 2-way conflicts:
-// ring_split_rows.)
+// ring_split_rows.) Where 8 heads' rows need no pad (tm_rows: the mse formats' slots, 2 mod 4
+// bytes), CTAs of 8 heads take each 16-token page slice as one tensor-map box instead (the TM
+// kernels, tm_copies): at 40 kv heads 48% → 82% of copy, and at 32 ahead of 16-head CTAs with
+// padded rows, 69% → 83% (4bit_nc, 32K; kernels.md run 33).
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   const int warps = decode_cta_warps(f);
   if (n_kv_heads <= warps) return n_kv_heads;
+  bool tm8 = false;
+  dispatch_decode_format(f, [&](auto cfg) { tm8 = tm_rows<decltype(cfg)>(8); });
+  if (n_kv_heads % 8 == 0 && tm8) return 8;
   if (n_kv_heads % warps == 0) return warps;
   return n_kv_heads % 8 == 0 ? 8 : 0;
 }
@@ -309,7 +344,9 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
       plan.smem_bytes = ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
     }
-    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta, plan.warps_per_head, sliced, split};
+    plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
+    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta, plan.warps_per_head, sliced, split,
+                              plan.tensor_map};
     plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
   });
   finish_plan(p, f.head_dim, sm_count, kSub, plan);
@@ -352,9 +389,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
+    CUtensorMap map{};
     for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
-      const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, split};
-      decode_kernel_launch<C>(sel, s, t, cache.data, grid, plan.threads, plan.smem_bytes, stream);
+      const bool tm = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads) &&
+                      encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
+      const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, split, tm};
+      decode_kernel_launch<C>(sel, s, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, stream);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda.h>  // CUtensorMap (the type only: maps are encoded through cudaGetDriverEntryPointByVersion)
 #include <cuda_runtime.h>
 
 #include "decode_common.cuh"
@@ -30,6 +31,13 @@ struct DecodeTablesQjl : DecodeTables {
   float qjl_scale;          // κ (TurboCodec::qjl_scale): ŷ = c + κ·rnorm·R⁻¹(±1)
 };
 
+// The tensor-map kernels' tables (decode_kernel's TM variant, tm_copies): the map of the cache
+// whose boxes are a CTA's 16-token halves (a separate type, as for DecodeTablesQjl, so the other
+// kernels' parameters stay as they were).
+struct DecodeTablesTm : DecodeTables {
+  CUtensorMap map;  // 2-D, 8-byte elements: x = a token row's bytes / 8, y = the cache's token rows
+};
+
 // Which instantiation of the quantized decode kernel a launch takes (pick_kernel): the plane
 // layout or not, query columns (G ≤ 8 per launch), heads per CTA, warps per head, and whether
 // the launch is one slice of G > 8 query columns (for_each_query_slice).
@@ -38,6 +46,7 @@ struct DecodeKernelSel {
   int group = 0, hpc = 0, wph = 0;
   bool sliced = false;
   bool split_rows = false;  // ring_split_rows: the SPLIT variant (padded rows of a CTA with some of the heads)
+  bool tmap = false;        // tm_copies: the TM variant (one tensor-map box per 16-token half)
 };
 
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
@@ -48,7 +57,8 @@ template <class C>
 int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes);
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
-                          const uint8_t* cache, dim3 grid, int threads, int smem_bytes, cudaStream_t stream);
+                          const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads, int smem_bytes,
+                          cudaStream_t stream);
 
 namespace {
 
@@ -135,8 +145,10 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
 // 16) stay unpadded where the CTA holds every kv head: there the per-token copies cost more than
 // the conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%, run 31e). split: the CTA holds only
-// some of the cache's kv heads (MHA 32/32: 16 of 32), so its pages go in per-token copies anyway,
-// and those rows are padded as well (4bit_nc at 32/32 −7%, k3v4_nc −5%, run 31e; ring_split_rows).
+// some of the cache's kv heads (turbo slots: 8 of 24 or 40), so its pages go in per-token copies
+// anyway, and those rows are padded as well (ring_split_rows; run 31e measured it where the mse
+// formats at 32/32 took 16-head CTAs: 4bit_nc −7%, k3v4_nc −5%; those take 8-head CTAs with
+// tensor-map boxes now, tm_rows).
 template <class C, bool P>
 __host__ __device__ constexpr int ring_row_bytes(int hpc, bool split = false) {
   const int row = hpc * QCfg<C>::kSlot;
@@ -144,7 +156,8 @@ __host__ __device__ constexpr int ring_row_bytes(int hpc, bool split = false) {
 }
 
 // Whether hpc heads' rows differ as a split CTA's: the condition for decode_kernel's SPLIT
-// variant (instantiated for the compile-time 8- and 16-head kernels where it holds, pick_kernel).
+// variant (instantiated for the compile-time 8- and 16-head kernels where it holds and a plan
+// can have it, pick_kernel).
 template <class C>
 constexpr bool split_rows_padded(int hpc) {
   return ring_row_bytes<C, false>(hpc, true) != ring_row_bytes<C, false>(hpc, false);
@@ -156,6 +169,25 @@ constexpr bool split_rows_padded(int hpc) {
 template <class C>
 constexpr bool ring_split_rows(bool planes, bool sliced, int hpc, int n_kv_heads) {
   return !planes && !sliced && hpc < n_kv_heads && (hpc == 8 || hpc == 16) && split_rows_padded<C>(hpc);
+}
+
+// Whether a CTA holding hpc of the cache's kv heads can take each 16-token half of its ring as
+// one tensor-map box (16 rows of hpc · slot bytes, landing dense: rows no pad would change) —
+// the condition for decode_kernel's TM variant. A box row is ≤ 256 elements of 8 bytes and a
+// multiple of 16 bytes; a half (16 rows) is then a multiple of 128 bytes, the alignment a box's
+// shared destination needs. Instead of 16 bulk copies of hpc · slot bytes per half: every
+// copy costs the CTA (see decode_heads_per_cta).
+template <class C>
+constexpr bool tm_rows(int hpc) {
+  const int row = hpc * QCfg<C>::kSlot;
+  return QCfg<C>::kWide && ring_row_bytes<C, false>(hpc, true) == row && row % 16 == 0 && row <= 256 * 8;
+}
+// Whether a launch takes the TM variant: only the compile-time 8-head kernels have it (the
+// 16-head rows of even slots are padded as split rows), where tm_rows holds. (The launch falls
+// back to per-token copies if the map cannot be encoded.)
+template <class C>
+constexpr bool tm_copies(bool planes, bool sliced, int hpc, int n_kv_heads) {
+  return !planes && !sliced && hpc < n_kv_heads && hpc == 8 && tm_rows<C>(hpc);
 }
 
 }  // namespace

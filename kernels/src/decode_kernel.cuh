@@ -12,7 +12,8 @@
 // filled by the TMA engine (cp.async.bulk, one instruction per contiguous run:
 // a 16-token page slice of all hpc heads in the vLLM layout, 16 per-token runs
 // when hpc < n_kv_heads or the rows are padded (ring_row_bytes: turbo slots at 16
-// heads), three plane runs in the plane layout) completing on a
+// heads), three plane runs in the plane layout; CTAs of 8 of the kv heads with unpadded rows
+// take a half as one box of a tensor map instead, cp.async.bulk.tensor: TM) completing on a
 // "full" mbarrier per stage; every warp releases a stage on its "empty"
 // mbarrier and warp 0 refills it, with block-table entries it loaded one refill
 // earlier (a table lookup inside the refill put an L2 round trip on warp 0's path,
@@ -351,11 +352,14 @@ struct Softmax32 {
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
-// query columns of G > 8 (dev::query_head<true>). SPLIT (H = 8, 16; ring_split_rows): the CTA
+// query columns of G > 8 (dev::query_head<true>). SPLIT (H = 8; ring_split_rows): the CTA
 // holds some of the kv heads and its ring rows are padded as ring_row_bytes(hpc, true) says.
-template <class C, bool P, bool PK, int H, bool SPLIT = false>
-__global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2)
-    decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
+// TM (H = 8; tm_copies): the CTA holds some of the kv heads and takes each 16-token half as one
+// box of the tensor map in t (DecodeTablesTm) instead of 16 per-token copies. The body of
+// decode_kernel and decode_kernel_tm (TM), inlined into each.
+template <class C, bool P, bool PK, int H, bool SPLIT, bool TM, class T>
+__device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, const uint8_t* __restrict__ cache) {
+  static_assert(!TM || (H == 8 && !SPLIT && !P && tm_rows<C>(H)), "TM: 8-head kernels whose rows tm_rows accepts");
   using Q = QCfg<C>;
   static_assert(!P || (Q::kMse && C::kValueBits == 4 && Q::kSlot == C::kIdxBytes + C::kValueCodeBytes + 6),
                 "plane layout: mse keys, 4-bit values, no pad byte");
@@ -403,7 +407,10 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   // ---- producer (warp 0): the copies of stage `s` for CTA tile j ----
   const bool contig = hpc == a.n_kv_heads && row_pad == 0;  // the half is one copy
   constexpr int kPlaneRuns = 3;
-  const int runs = P ? kPlaneRuns : contig ? 1 : 16;  // copies per 16-token half
+  const int runs = P ? kPlaneRuns : contig || TM ? 1 : 16;  // copies per 16-token half
+  if constexpr (TM) {  // the boxes' shared destinations: 128-byte aligned (halves are 128 · slot bytes)
+    if ((dyn_base | a.ring_hi) & 127u) __trap();
+  }
   const int64_t row_bytes = int64_t(a.n_kv_heads) * SLOT;
   const int32_t* btab = a.table + int64_t(b) * a.table_stride;
   const int bs_mask = a.block_size - 1;
@@ -461,7 +468,9 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
       const int tj = t_first + 16 * hx;
       const uint8_t* g = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes;
       const uint32_t dst = piece(2 * s * wph + hx);
-      if constexpr (P) {  // plane runs of heads h0 … h0+hpc−1 (k: indices, codes, meta)
+      if constexpr (TM) {  // box (this CTA's heads' bytes / 8, the half's 16 token rows)
+        dev::tensor_copy_g2s_2d(dst, &t.map, hg * (H * SLOT / 8), int(page << a.log2_block_size) + (tj & bs_mask), bar);
+      } else if constexpr (P) {  // plane runs of heads h0 … h0+hpc−1 (k: indices, codes, meta)
         constexpr int IB = C::kIdxBytes, VB = C::kValueCodeBytes;
         const int h0 = hg * hpc, nkv = a.n_kv_heads;
         const int goff = k == 0 ? h0 * 16 * IB : k == 1 ? 16 * nkv * IB + h0 * 16 * VB : 16 * nkv * (IB + VB) + h0 * 96;
@@ -1241,6 +1250,23 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
   }
 }
 
+template <class C>
+constexpr int decode_min_ctas() {
+  return QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2;
+}
+template <class C, bool P, bool PK, int H, bool SPLIT = false>
+__global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
+    decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
+  decode_body<C, P, PK, H, SPLIT, false>(a, t, cache);
+}
+// The TM variant: the map is read by address, so the parameter is __grid_constant__ (on every
+// kernel's tables, that moved ptxas's schedules in 212 of them).
+template <class C, bool PK>
+__global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
+    decode_kernel_tm(DecodeArgs a, const __grid_constant__ DecodeTablesTm t, const uint8_t* __restrict__ cache) {
+  decode_body<C, false, PK, 8, false, true>(a, t, cache);
+}
+
 // The kernel for a layout and group size: planes only for the formats
 // planes_support accepts (checked by decode_can_implement before we get here);
 // packed hi/lo query columns for G ≤ 4; for the wide-LUT formats, heads per CTA known at
@@ -1250,14 +1276,20 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, QCfg<C>::kWide || QCf
 // 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
 template <class C, int HR, int... HS, class Fn>
 void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
-  auto packed_or_not = [&](auto p, auto h, auto split) {
-    constexpr bool P = decltype(p)::value, SPLIT = decltype(split)::value;
+  auto packed_or_not = [&](auto p, auto h, auto split, auto tm) {
+    constexpr bool P = decltype(p)::value, SPLIT = decltype(split)::value, TM = decltype(tm)::value;
     constexpr int H = decltype(h)::value;
-    return sel.group <= 4 ? fn(decode_kernel<C, P, true, H, SPLIT>) : fn(decode_kernel<C, P, false, H, SPLIT>);
+    if constexpr (TM) {
+      static_assert(H == 8 && !P && !SPLIT);
+      return sel.group <= 4 ? fn(decode_kernel_tm<C, true>) : fn(decode_kernel_tm<C, false>);
+    } else {
+      return sel.group <= 4 ? fn(decode_kernel<C, P, true, H, SPLIT>) : fn(decode_kernel<C, P, false, H, SPLIT>);
+    }
   };
+  using No = std::false_type;
   using Runtime = std::integral_constant<int, HR>;
   if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
-    if (sel.planes) return packed_or_not(std::true_type{}, Runtime{}, std::false_type{});
+    if (sel.planes) return packed_or_not(std::true_type{}, Runtime{}, No{}, No{});
   }
   if (sel.planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
@@ -1265,18 +1297,23 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
     auto try_heads = [&](auto h) {
       constexpr int H = decltype(h)::value, heads = H < 0 ? -H : H;
       if (done || sel.hpc != heads || sel.wph != QCfg<C>::kCtaWarps / heads) return;
-      constexpr bool kSplitVariant = H > 0 && split_rows_padded<C>(heads);  // (ring_split_rows' kernels)
-      if (sel.split_rows && !kSplitVariant) return;  // refused below
+      // (ring_split_rows' kernels; none for 16 heads where CTAs of some heads hold 8: tm_rows(8))
+      constexpr bool kSplitVariant = H > 0 && split_rows_padded<C>(heads) && !(heads == 16 && tm_rows<C>(8));
+      constexpr bool kTmVariant = H == 8 && tm_rows<C>(heads);                 // (tm_copies' kernels)
+      if ((sel.split_rows && !kSplitVariant) || (sel.tmap && !kTmVariant)) return;  // refused below
       done = true;
       if constexpr (kSplitVariant)
-        if (sel.split_rows) return packed_or_not(std::false_type{}, h, std::true_type{});
-      packed_or_not(std::false_type{}, h, std::false_type{});
+        if (sel.split_rows) return packed_or_not(No{}, h, std::true_type{}, No{});
+      if constexpr (kTmVariant)
+        if (sel.tmap) return packed_or_not(No{}, h, No{}, std::true_type{});
+      packed_or_not(No{}, h, No{}, No{});
     };
     (try_heads(std::integral_constant<int, HS>{}), ...);
     if (done) return;
   }
   if (sel.split_rows) throw_error("paged_decode: no split-row kernel for these heads per CTA (internal)");
-  packed_or_not(std::false_type{}, Runtime{}, std::false_type{});
+  if (sel.tmap) throw_error("paged_decode: no tensor-map kernel for these heads per CTA (internal)");
+  packed_or_not(No{}, Runtime{}, No{}, No{});
 }
 // sel.sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice)
 template <class C, class Fn>
@@ -1297,12 +1334,29 @@ int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_by
   return occ;
 }
 
+// The tables parameter a kernel of type K takes (K: its function pointer type).
+template <class K>
+struct KernelTables;
+template <class T>
+struct KernelTables<void (*)(DecodeArgs, T, const uint8_t*)> {
+  using type = T;
+};
+
+// map: the cache's tensor map (sel.tmap; else unused).
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
-                          const uint8_t* cache, dim3 grid, int threads, int smem_bytes, cudaStream_t stream) {
+                          const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads, int smem_bytes,
+                          cudaStream_t stream) {
   with_kernel<C>(sel, [&](auto kern) {
     TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    kern<<<grid, threads, smem_bytes, stream>>>(a, static_cast<const TablesFor<C>&>(t), cache);
+    if constexpr (std::is_same_v<typename KernelTables<decltype(kern)>::type, DecodeTablesTm>) {
+      DecodeTablesTm tt{};
+      static_cast<DecodeTables&>(tt) = t;
+      tt.map = *map;
+      kern<<<grid, threads, smem_bytes, stream>>>(a, tt, cache);
+    } else {
+      kern<<<grid, threads, smem_bytes, stream>>>(a, static_cast<const TablesFor<C>&>(t), cache);
+    }
     TQ_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -1316,7 +1370,7 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
       const tq::cuda::DecodeKernelSel&, int, int);                                                          \
   template void tq::cuda::decode_kernel_launch<tq::cuda::FormatCfg<KK, KB, VK, VB, D>>(                    \
       const tq::cuda::DecodeKernelSel&, const tq::cuda::DecodeArgs&, const tq::cuda::DecodeTablesQjl&,     \
-      const uint8_t*, dim3, int, int, cudaStream_t);
+      const uint8_t*, const CUtensorMap*, dim3, int, int, cudaStream_t);
 #define TQ_DECODE_INSTANTIATE(KK, KB, VK, VB)   \
   TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, 64)  \
   TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, 128) \

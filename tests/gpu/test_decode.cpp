@@ -409,7 +409,7 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 16, 20 and head layouts", "[deco
     }
 }
 
-TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2/3 27B: 16), then 16 per CTA", "[decode]") {
+TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2/3 27B: 16), then 8 or 16 per CTA", "[decode]") {
   struct H {
     int hq, hkv, d;
   };
@@ -417,11 +417,12 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
   // one copy, one warp each: (40,10) = Phi-4's G=4, (12,12) G=1, (160,10) G=16 (two slices),
   // (30,10) at d 64, (26,13), (32,16) = Gemma 2/3 27B's G=2, (64,16) G=4, (15,15) — 15 and 16
   // heads of 134-byte slots fit a 2-stage ring only with the LUT at 128 KB (RingLayout) —, and
-  // (32,32) (MHA) in two CTAs of 16 heads with per-token copies of their slots (turbo2/3/4 at
-  // 16 heads, contiguous or not: rows padded by 16 bytes, ring_row_bytes, 16 copies a page; the
-  // mse formats' rows there padded too, as a CTA with some of the heads: ring_split_rows, the
-  // SPLIT kernels), also G = 5 (160,32) and at d 64 (64,32); (24,24) and G = 5 (120,24): three
-  // CTAs of 8 heads (turbo2/3/4: SPLIT, padded rows; mse: unpadded); the FP16 baseline takes the
+  // (32,32) (MHA): turbo2/3/4 in two CTAs of 16 heads with per-token copies of their slots (at
+  // 16 heads, contiguous or not: rows padded by 16 bytes, ring_row_bytes, 16 copies a page), the
+  // mse formats in four CTAs of 8 heads, each 16-token page slice one tensor-map box (unpadded
+  // rows: the TM kernels), also G = 5 (160,32) and at d 64 (64,32); (24,24) and G = 5 (120,24),
+  // also at d 64 (48,24), (120,24): three CTAs of 8 heads (turbo2/3/4: padded rows as a CTA with
+  // some of the heads, ring_split_rows, the SPLIT kernels; mse: TM); the FP16 baseline takes the
   // largest divisor of n_kv_heads with 8 warps per CTA: 10 → 2 heads × 4 warps, 12 → 4 × 2, 13
   // and 15 → 1 × 8, 16, 24 and 32 → 8 × 1.
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
@@ -429,7 +430,7 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
                           std::string("turbo4"), std::string("f16")})
     for (const H h : {H{40, 10, 128}, H{12, 12, 128}, H{160, 10, 128}, H{30, 10, 64}, H{26, 13, 128}, H{32, 16, 128},
                       H{64, 16, 128}, H{15, 15, 128}, H{32, 32, 128}, H{160, 32, 128}, H{64, 32, 64}, H{24, 24, 128},
-                      H{120, 24, 128}}) {
+                      H{120, 24, 128}, H{48, 24, 64}, H{120, 24, 64}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.hq = h.hq;
@@ -440,9 +441,15 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
       run_decode(c, [&](const DecodePlan& plan, const Filled&) {
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d);
         if (fmt != "f16") {
-          const int hpc = h.hkv <= 16 ? h.hkv : h.hkv % 16 == 0 ? 16 : 8;
+          // more than 16 kv heads: CTAs of 8 whose rows need no pad take tensor-map boxes (8 slots
+          // not a multiple of 32 bytes: the mse formats' slots are 2 mod 4 bytes; turbo slots are
+          // padded as split rows), else 16 heads per CTA where they divide n_kv_heads, else 8
+          const int slot = tq::cuda::kernel_format(tq::make_format(fmt, h.d)).slot_bytes;
+          const bool boxes = h.hkv > 16 && (8 * slot) % 32 != 0;
+          const int hpc = h.hkv <= 16 ? h.hkv : boxes || h.hkv % 16 != 0 ? 8 : 16;
           REQUIRE(plan.heads_per_cta == hpc);
           REQUIRE(plan.warps_per_head == 16 / hpc);
+          REQUIRE(plan.tensor_map == boxes);
         } else {
           REQUIRE(plan.heads_per_cta == (h.hkv == 10 ? 2 : h.hkv == 12 ? 4 : h.hkv % 8 == 0 ? 8 : 1));
           REQUIRE(plan.heads_per_cta * plan.warps_per_head == 8);

@@ -63,6 +63,9 @@ struct DecodePlan {
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
   int query_passes = 1;    // stage-1 launches, each reading the whole cache range once: ⌈G / 8⌉, G = query
                            // heads per kv head (the MMA's N tile holds 8 query columns)
+  bool tensor_map = false;  // quantized: a CTA holding some of the kv heads takes each 16-token page slice
+                            // as one tensor-map box instead of 16 per-token copies (the launch falls back to
+                            // those if the driver cannot encode the map)
   size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
 };
 
