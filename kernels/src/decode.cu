@@ -219,11 +219,10 @@ int ring_limit() {
   return decode_device_smem_optin() - decode_static_smem<Q>();
 }
 
-// Bytes per token row of a ring piece (ring_row_bytes; the plane layout is never padded; split:
-// ring_split_rows).
+// Bytes per token row of a ring piece (ring_row_bytes; the plane layout is never padded).
 template <class C>
-int ring_row(bool planes, int hpc, bool split) {
-  return planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc, split);
+int ring_row(bool planes, int hpc) {
+  return planes ? ring_row_bytes<C, true>(hpc) : ring_row_bytes<C, false>(hpc);
 }
 
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
@@ -234,9 +233,9 @@ struct RingLayout {
   int dyn_bytes = 0;
 };
 template <class C>
-RingLayout ring_layout(bool planes, bool split, int hpc, int wph, int stages, int limit) {
+RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
   using Q = QCfg<C>;
-  const int half = 16 * ring_row<C>(planes, hpc, split), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
+  const int half = 16 * ring_row<C>(planes, hpc), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
   RingLayout r;
   if constexpr (Q::kWide) {  // [pieces … | LUT at kLutAddr | pieces … | q buffers]
     r.split = int((kLutAddr - kBaseMax) / uint32_t(half));
@@ -302,12 +301,11 @@ int decode_cta_warps(const KernelFormat& f) {
 // 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
 // CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
-// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e. A CTA with
-// only some of the heads, which copies per token anyway, also pads the rows of 2-way conflicts:
-// ring_split_rows.) Where 8 heads' rows need no pad (tm_rows: the mse formats' slots, 2 mod 4
-// bytes), CTAs of 8 heads take each 16-token page slice as one tensor-map box instead (the TM
-// kernels, tm_copies): at 40 kv heads 48% → 82% of copy, and at 32 ahead of 16-head CTAs with
-// padded rows, 69% → 83% (4bit_nc, 32K; kernels.md run 33).
+// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e.) Above 16 kv
+// heads the wide-LUT formats (8 heads' rows unpadded: tm_rows) take CTAs of 8 heads, each
+// 16-token page slice one tensor-map box (the TM kernels, tm_copies): at 40 kv heads 4bit_nc
+// 48% → 82% of copy, turbo3 −33%; at 32 ahead of 16-head CTAs with padded rows in per-token
+// copies, 4bit_nc 69% → 83%, turbo3 −15% (32K; kernels.md run 33).
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   const int warps = decode_cta_warps(f);
   if (n_kv_heads <= warps) return n_kv_heads;
@@ -336,16 +334,15 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
                 stage_bytes, stages, false, 2, Q::kCtaWarps);
     const int group = p.n_q_heads / cache.n_kv_heads;
     const bool sliced = sliced_launches(group);
-    const bool split = ring_split_rows<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
     if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
       const int limit = ring_limit<Q>();
       for (stages = kMaxStages; stages >= 2; --stages)
-        if (ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
+        if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
       if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
-      plan.smem_bytes = ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
+      plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
     }
     plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
-    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta, plan.warps_per_head, sliced, split,
+    const DecodeKernelSel sel{planes, std::min(group, kQueryCols), plan.heads_per_cta, plan.warps_per_head, sliced,
                               plan.tensor_map};
     plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
   });
@@ -377,14 +374,13 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using Q = QCfg<C>;
     if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     const bool planes = cache.layout == CacheLayout::planes;
-    const bool split = ring_split_rows<C>(planes, sliced_launches(a.group_stride), plan.heads_per_cta, cache.n_kv_heads);
-    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta, split);
+    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta);
     a.stages = 0;
     const int limit = ring_limit<Q>();
     for (int st = 2; st <= kMaxStages; ++st)
-      if (ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
+      if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
     if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");
-    const RingLayout rl = ring_layout<C>(planes, split, plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
+    const RingLayout rl = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
@@ -393,7 +389,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
       const bool tm = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads) &&
                       encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
-      const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, split, tm};
+      const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, tm};
       decode_kernel_launch<C>(sel, s, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     });
   });

@@ -45,7 +45,6 @@ struct DecodeKernelSel {
   bool planes = false;
   int group = 0, hpc = 0, wph = 0;
   bool sliced = false;
-  bool split_rows = false;  // ring_split_rows: the SPLIT variant (padded rows of a CTA with some of the heads)
   bool tmap = false;        // tm_copies: the TM variant (one tensor-map box per 16-token half)
 };
 
@@ -143,48 +142,31 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // wide-LUT kernels pad each row by 16 bytes (rows 4·odd words apart: 8 distinct groups) and copy
 // a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32 (run 31e).
 // Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
-// 16) stay unpadded where the CTA holds every kv head: there the per-token copies cost more than
-// the conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%, run 31e). split: the CTA holds only
-// some of the cache's kv heads (turbo slots: 8 of 24 or 40), so its pages go in per-token copies
-// anyway, and those rows are padded as well (ring_split_rows; run 31e measured it where the mse
-// formats at 32/32 took 16-head CTAs: 4bit_nc −7%, k3v4_nc −5%; those take 8-head CTAs with
-// tensor-map boxes now, tm_rows).
+// 16) stay unpadded: where the CTA holds every kv head the per-token copies cost more than the
+// conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%, run 31e), and where it holds 8 of them
+// one tensor-map box per half beats padded per-token copies (run 33e: turbo3 at 40 kv heads
+// −33%; padding those rows had gained 3–8% over unpadded per-token copies, run 32d).
 template <class C, bool P>
-__host__ __device__ constexpr int ring_row_bytes(int hpc, bool split = false) {
+__host__ __device__ constexpr int ring_row_bytes(int hpc) {
   const int row = hpc * QCfg<C>::kSlot;
-  return row + (QCfg<C>::kWide && !P && (row % 64 == 0 || (split && row % 32 == 0)) ? 16 : 0);
-}
-
-// Whether hpc heads' rows differ as a split CTA's: the condition for decode_kernel's SPLIT
-// variant (instantiated for the compile-time 8- and 16-head kernels where it holds and a plan
-// can have it, pick_kernel).
-template <class C>
-constexpr bool split_rows_padded(int hpc) {
-  return ring_row_bytes<C, false>(hpc, true) != ring_row_bytes<C, false>(hpc, false);
-}
-
-// Whether a launch pads its rows as a split CTA (ring_row_bytes' split): only the compile-time
-// 8- and 16-head kernels have that variant, and only where it changes the row; the planner and
-// the launch both ask this.
-template <class C>
-constexpr bool ring_split_rows(bool planes, bool sliced, int hpc, int n_kv_heads) {
-  return !planes && !sliced && hpc < n_kv_heads && (hpc == 8 || hpc == 16) && split_rows_padded<C>(hpc);
+  return row + (QCfg<C>::kWide && !P && row % 64 == 0 ? 16 : 0);
 }
 
 // Whether a CTA holding hpc of the cache's kv heads can take each 16-token half of its ring as
-// one tensor-map box (16 rows of hpc · slot bytes, landing dense: rows no pad would change) —
-// the condition for decode_kernel's TM variant. A box row is ≤ 256 elements of 8 bytes and a
-// multiple of 16 bytes; a half (16 rows) is then a multiple of 128 bytes, the alignment a box's
-// shared destination needs. Instead of 16 bulk copies of hpc · slot bytes per half: every
-// copy costs the CTA (see decode_heads_per_cta).
+// one tensor-map box (16 rows of hpc · slot bytes, landing dense: rows without a pad) — the
+// condition for decode_kernel_tm. A box row is ≤ 256 elements of 8 bytes and a multiple of 16
+// bytes; a half (16 rows) is then a multiple of 128 bytes, the alignment a box's shared
+// destination needs. Instead of 16 bulk copies of hpc · slot bytes per half: every copy costs
+// the CTA (see decode_heads_per_cta). At 8 heads every wide-LUT format's rows qualify (mse
+// slots 6 mod 8 bytes, turbo slots 4 mod 8).
 template <class C>
 constexpr bool tm_rows(int hpc) {
   const int row = hpc * QCfg<C>::kSlot;
-  return QCfg<C>::kWide && ring_row_bytes<C, false>(hpc, true) == row && row % 16 == 0 && row <= 256 * 8;
+  return QCfg<C>::kWide && ring_row_bytes<C, false>(hpc) == row && row % 16 == 0 && row <= 256 * 8;
 }
-// Whether a launch takes the TM variant: only the compile-time 8-head kernels have it (the
-// 16-head rows of even slots are padded as split rows), where tm_rows holds. (The launch falls
-// back to per-token copies if the map cannot be encoded.)
+// Whether a launch takes the TM variant: only the compile-time 8-head kernels have it (16 heads'
+// rows are longer than a box row or padded), where tm_rows holds. (The launch falls back to
+// per-token copies if the map cannot be encoded.)
 template <class C>
 constexpr bool tm_copies(bool planes, bool sliced, int hpc, int n_kv_heads) {
   return !planes && !sliced && hpc < n_kv_heads && hpc == 8 && tm_rows<C>(hpc);

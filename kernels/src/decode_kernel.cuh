@@ -243,7 +243,7 @@ __device__ __forceinline__ uint32_t biased_half2(uint32_t x) { return (x << 6) |
 struct RowMap {
   int key, code, norm, scz, kst, cst, mst;
 };
-template <class C, bool P, bool SPLIT>
+template <class C, bool P>
 __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
   constexpr int SLOT = QCfg<C>::kSlot, IB = C::kIdxBytes, VB = C::kValueCodeBytes;
   RowMap m;
@@ -262,13 +262,13 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
     m.key = m.norm + kHead;
     m.scz = m.norm + C::kKeyBytes;  // the value block's norm (no zero)
     m.code = m.scz + kHead;
-    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc, SPLIT);
+    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc);
   } else {  // [16 tokens][hpc heads][slot]
     m.key = hl * SLOT;
     m.code = m.key + C::kKeyBytes;
     m.norm = m.key + (QCfg<C>::kMse ? IB : 0);
     m.scz = m.key + C::kKeyBytes + VB;
-    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc, SPLIT);
+    m.kst = m.cst = m.mst = ring_row_bytes<C, P>(hpc);
   }
   return m;
 }
@@ -352,14 +352,12 @@ struct Softmax32 {
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
-// query columns of G > 8 (dev::query_head<true>). SPLIT (H = 8; ring_split_rows): the CTA
-// holds some of the kv heads and its ring rows are padded as ring_row_bytes(hpc, true) says.
-// TM (H = 8; tm_copies): the CTA holds some of the kv heads and takes each 16-token half as one
+// query columns of G > 8 (dev::query_head<true>). TM (H = 8; tm_copies): the CTA holds some of the kv heads and takes each 16-token half as one
 // box of the tensor map in t (DecodeTablesTm) instead of 16 per-token copies. The body of
 // decode_kernel and decode_kernel_tm (TM), inlined into each.
-template <class C, bool P, bool PK, int H, bool SPLIT, bool TM, class T>
+template <class C, bool P, bool PK, int H, bool TM, class T>
 __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, const uint8_t* __restrict__ cache) {
-  static_assert(!TM || (H == 8 && !SPLIT && !P && tm_rows<C>(H)), "TM: 8-head kernels whose rows tm_rows accepts");
+  static_assert(!TM || (H == 8 && !P && tm_rows<C>(H)), "TM: 8-head kernels whose rows tm_rows accepts");
   using Q = QCfg<C>;
   static_assert(!P || (Q::kMse && C::kValueBits == 4 && Q::kSlot == C::kIdxBytes + C::kValueCodeBytes + 6),
                 "plane layout: mse keys, 4-bit values, no pad byte");
@@ -389,7 +387,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const uint32_t dyn_base = dev::smem_u32(smem);
   // a ring piece: 16 token rows of hpc slots + row_pad bytes (ring_row_bytes: a pad where the
   // stride would put the key loads on few banks); copy_bytes of them come from the cache
-  const int row_pad = ring_row_bytes<C, P>(hpc, SPLIT) - hpc * SLOT;
+  const int row_pad = ring_row_bytes<C, P>(hpc) - hpc * SLOT;
   const int half_bytes = 16 * hpc * SLOT + 16 * row_pad, copy_bytes = 16 * hpc * SLOT;
   // shared address of ring piece k = 2·(s·wph + w) + h (stage s, sub-tile w, half h)
   auto piece = [&](int k) -> uint32_t {
@@ -643,12 +641,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   [[maybe_unused]] const uint32_t slut_lane = dev::smem_u32(slut) + 8u * uint32_t(lane);
   const int diag_src = 4 * r + (r >> 1);  // lane holding the Σc² diagonal entries of tokens r, r+8
   const bool hi_lane = p < 2;             // PK: this lane's columns are the hi parts
-  const RowMap rm = row_map<C, P, SPLIT>(hl, hpc);
+  const RowMap rm = row_map<C, P>(hl, hpc);
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
   // the score rows). A token's slot row is kst = hpc·SLOT bytes after the previous one (+ 16 where
-  // ring_row_bytes pads it: rows ≡ 0 mod 64 bytes, where neither order below applies; in SPLIT
-  // kernels also rows ≡ 32 mod 64, where kSpread still applies: with the pad, kst/4 ≡ 12 mod 16
-  // words, both its order and the plain one are conflict-free). Keys:
+  // ring_row_bytes pads it: rows ≡ 0 mod 64 bytes, where neither order below applies). Keys:
   // lane (r, p) reads rows r and r + 8 at 4p … (4 consecutive words per row over the p lanes);
   // with kst/4 ≡ 4·odd mod 32 words (8 heads of 134- or 118-byte slots) rows 0–7 fall in 8
   // distinct 4-bank groups; with kst/4 ≡ 2 mod 4 (4 heads) rows r and r + 5 share banks, and
@@ -1254,17 +1250,17 @@ template <class C>
 constexpr int decode_min_ctas() {
   return QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2;
 }
-template <class C, bool P, bool PK, int H, bool SPLIT = false>
+template <class C, bool P, bool PK, int H>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
     decode_kernel(DecodeArgs a, TablesFor<C> t, const uint8_t* __restrict__ cache) {
-  decode_body<C, P, PK, H, SPLIT, false>(a, t, cache);
+  decode_body<C, P, PK, H, false>(a, t, cache);
 }
 // The TM variant: the map is read by address, so the parameter is __grid_constant__ (on every
 // kernel's tables, that moved ptxas's schedules in 212 of them).
 template <class C, bool PK>
 __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
     decode_kernel_tm(DecodeArgs a, const __grid_constant__ DecodeTablesTm t, const uint8_t* __restrict__ cache) {
-  decode_body<C, false, PK, 8, false, true>(a, t, cache);
+  decode_body<C, false, PK, 8, true>(a, t, cache);
 }
 
 // The kernel for a layout and group size: planes only for the formats
@@ -1276,20 +1272,20 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
 // 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
 template <class C, int HR, int... HS, class Fn>
 void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
-  auto packed_or_not = [&](auto p, auto h, auto split, auto tm) {
-    constexpr bool P = decltype(p)::value, SPLIT = decltype(split)::value, TM = decltype(tm)::value;
+  auto packed_or_not = [&](auto p, auto h, auto tm) {
+    constexpr bool P = decltype(p)::value, TM = decltype(tm)::value;
     constexpr int H = decltype(h)::value;
     if constexpr (TM) {
-      static_assert(H == 8 && !P && !SPLIT);
+      static_assert(H == 8 && !P);
       return sel.group <= 4 ? fn(decode_kernel_tm<C, true>) : fn(decode_kernel_tm<C, false>);
     } else {
-      return sel.group <= 4 ? fn(decode_kernel<C, P, true, H, SPLIT>) : fn(decode_kernel<C, P, false, H, SPLIT>);
+      return sel.group <= 4 ? fn(decode_kernel<C, P, true, H>) : fn(decode_kernel<C, P, false, H>);
     }
   };
   using No = std::false_type;
   using Runtime = std::integral_constant<int, HR>;
   if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
-    if (sel.planes) return packed_or_not(std::true_type{}, Runtime{}, No{}, No{});
+    if (sel.planes) return packed_or_not(std::true_type{}, Runtime{}, No{});
   }
   if (sel.planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
@@ -1297,23 +1293,18 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
     auto try_heads = [&](auto h) {
       constexpr int H = decltype(h)::value, heads = H < 0 ? -H : H;
       if (done || sel.hpc != heads || sel.wph != QCfg<C>::kCtaWarps / heads) return;
-      // (ring_split_rows' kernels; none for 16 heads where CTAs of some heads hold 8: tm_rows(8))
-      constexpr bool kSplitVariant = H > 0 && split_rows_padded<C>(heads) && !(heads == 16 && tm_rows<C>(8));
-      constexpr bool kTmVariant = H == 8 && tm_rows<C>(heads);                 // (tm_copies' kernels)
-      if ((sel.split_rows && !kSplitVariant) || (sel.tmap && !kTmVariant)) return;  // refused below
+      constexpr bool kTmVariant = H == 8 && tm_rows<C>(heads);  // (tm_copies' kernels)
+      if (sel.tmap && !kTmVariant) return;                       // refused below
       done = true;
-      if constexpr (kSplitVariant)
-        if (sel.split_rows) return packed_or_not(No{}, h, std::true_type{}, No{});
       if constexpr (kTmVariant)
-        if (sel.tmap) return packed_or_not(No{}, h, No{}, std::true_type{});
-      packed_or_not(No{}, h, No{}, No{});
+        if (sel.tmap) return packed_or_not(No{}, h, std::true_type{});
+      packed_or_not(No{}, h, No{});
     };
     (try_heads(std::integral_constant<int, HS>{}), ...);
     if (done) return;
   }
-  if (sel.split_rows) throw_error("paged_decode: no split-row kernel for these heads per CTA (internal)");
   if (sel.tmap) throw_error("paged_decode: no tensor-map kernel for these heads per CTA (internal)");
-  packed_or_not(No{}, Runtime{}, No{}, No{});
+  packed_or_not(No{}, Runtime{}, No{});
 }
 // sel.sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice)
 template <class C, class Fn>

@@ -417,12 +417,9 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
   // one copy, one warp each: (40,10) = Phi-4's G=4, (12,12) G=1, (160,10) G=16 (two slices),
   // (30,10) at d 64, (26,13), (32,16) = Gemma 2/3 27B's G=2, (64,16) G=4, (15,15) — 15 and 16
   // heads of 134-byte slots fit a 2-stage ring only with the LUT at 128 KB (RingLayout) —, and
-  // (32,32) (MHA): turbo2/3/4 in two CTAs of 16 heads with per-token copies of their slots (at
-  // 16 heads, contiguous or not: rows padded by 16 bytes, ring_row_bytes, 16 copies a page), the
-  // mse formats in four CTAs of 8 heads, each 16-token page slice one tensor-map box (unpadded
+  // (32,32) (MHA) in four CTAs of 8 heads, each 16-token page slice one tensor-map box (unpadded
   // rows: the TM kernels), also G = 5 (160,32) and at d 64 (64,32); (24,24) and G = 5 (120,24),
-  // also at d 64 (48,24), (120,24): three CTAs of 8 heads (turbo2/3/4: padded rows as a CTA with
-  // some of the heads, ring_split_rows, the SPLIT kernels; mse: TM); the FP16 baseline takes the
+  // also at d 64 (48,24), (120,24): three CTAs of 8 heads, TM as well; the FP16 baseline takes the
   // largest divisor of n_kv_heads with 8 warps per CTA: 10 → 2 heads × 4 warps, 12 → 4 × 2, 13
   // and 15 → 1 × 8, 16, 24 and 32 → 8 × 1.
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
@@ -442,10 +439,10 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d);
         if (fmt != "f16") {
           // more than 16 kv heads: CTAs of 8 whose rows need no pad take tensor-map boxes (8 slots
-          // not a multiple of 32 bytes: the mse formats' slots are 2 mod 4 bytes; turbo slots are
-          // padded as split rows), else 16 heads per CTA where they divide n_kv_heads, else 8
+          // not a multiple of 64 bytes: every format here), else 16 heads per CTA where they divide
+          // n_kv_heads, else 8
           const int slot = tq::cuda::kernel_format(tq::make_format(fmt, h.d)).slot_bytes;
-          const bool boxes = h.hkv > 16 && (8 * slot) % 32 != 0;
+          const bool boxes = h.hkv > 16 && (8 * slot) % 64 != 0;
           const int hpc = h.hkv <= 16 ? h.hkv : boxes || h.hkv % 16 != 0 ? 8 : 16;
           REQUIRE(plan.heads_per_cta == hpc);
           REQUIRE(plan.warps_per_head == 16 / hpc);
