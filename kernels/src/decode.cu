@@ -259,8 +259,9 @@ RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
 
 // The cache's tensor map for the TM kernels (tm_copies): 2-D, 8-byte elements; x: the bytes of
 // a token row (n_kv_heads slots) / 8, y: the cache's token rows (num_blocks · block_size);
-// box: hpc slots × 16 rows. False where it cannot be encoded (no driver entry point, a stride
-// or base the TMA cannot take, 2^31 rows or more): the launch copies per token then.
+// box: hpc slots × 16 rows (a row a multiple of 16 bytes and ≤ 256 elements: tm_rows). False
+// where it cannot be encoded (no driver entry point, a stride or base the TMA cannot take, 2^31
+// rows or more): the launch copies per token then.
 bool encode_cache_map(const PagedCache& cache, int slot, int hpc, CUtensorMap& map) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                               const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -276,9 +277,7 @@ bool encode_cache_map(const PagedCache& cache, int slot, int hpc, CUtensorMap& m
     return reinterpret_cast<Encode>(fn);
   }();
   const int64_t row = int64_t(cache.n_kv_heads) * slot, rows = cache.num_blocks * cache.block_size;
-  if (!encode || row % 16 || (hpc * slot) % 16 || hpc * slot > 256 * 8 || rows >= (int64_t(1) << 31) ||
-      reinterpret_cast<uintptr_t>(cache.data) % 16)
-    return false;
+  if (!encode || row % 16 || rows >= (int64_t(1) << 31) || reinterpret_cast<uintptr_t>(cache.data) % 16) return false;
   const cuuint64_t dims[2] = {cuuint64_t(row / 8), cuuint64_t(rows)}, strides[1] = {cuuint64_t(row)};
   const cuuint32_t box[2] = {cuuint32_t(hpc * slot / 8), 16u}, elem_strides[2] = {1u, 1u};
   return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, cache.data, dims, strides, box, elem_strides,
@@ -294,25 +293,20 @@ int decode_cta_warps(const KernelFormat& f) {
 
 // Heads per CTA of the quantized decode (0: it cannot stream n_kv_heads): all n_kv_heads ≤ the
 // kernel's warps (8; 16 for the wide-LUT kernels: Phi-3-medium / Phi-4 10, Gemma 2/3 27B 16) in
-// one copy of the page, one warp each; else as many as the kernel has warps or 8, when they
-// divide n_kv_heads, in per-token copies of those heads' slots (16 · or 8 · slot bytes: a
-// multiple of 16 for even slots — 5 or 2 heads' runs of 134-byte slots are not, and TMA cannot
-// copy them). Every bulk copy costs the CTA: at 16 kv heads, CTAs of 8 heads (16 copies of
+// one copy of the page, one warp each; else 8 when they divide n_kv_heads (8 heads' slots: a
+// multiple of 16 bytes for even slots — 5 or 2 heads' runs of 134-byte slots are not, and TMA
+// cannot copy them). Every bulk copy costs the CTA: at 16 kv heads, CTAs of 8 heads (16 copies of
 // 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
 // CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
-// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e.) Above 16 kv
-// heads the wide-LUT formats (8 heads' rows unpadded: tm_rows) take CTAs of 8 heads, each
-// 16-token page slice one tensor-map box (the TM kernels, tm_copies): at 40 kv heads 4bit_nc
-// 48% → 82% of copy, turbo3 −33%; at 32 ahead of 16-head CTAs with padded rows in per-token
-// copies, 4bit_nc 69% → 83%, turbo3 −15% (32K; kernels.md run 33).
+// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e.) Above the
+// kernel's warps, CTAs of 8 heads: the wide-LUT formats' 8-head rows are unpadded (tm_rows, which
+// pick_kernel asserts), so each 16-token page slice is one tensor-map box (the TM kernels,
+// tm_copies): at 40 kv heads 4bit_nc 48% → 82% of copy, turbo3 −33%; at 32 ahead of 16-head CTAs
+// with padded rows in per-token copies, 4bit_nc 69% → 83%, turbo3 −15% (32K; kernels.md run 33).
+// The 8-warp kernels copy per token.
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
-  const int warps = decode_cta_warps(f);
-  if (n_kv_heads <= warps) return n_kv_heads;
-  bool tm8 = false;
-  dispatch_decode_format(f, [&](auto cfg) { tm8 = tm_rows<decltype(cfg)>(8); });
-  if (n_kv_heads % 8 == 0 && tm8) return 8;
-  if (n_kv_heads % warps == 0) return warps;
+  if (n_kv_heads <= decode_cta_warps(f)) return n_kv_heads;
   return n_kv_heads % 8 == 0 ? 8 : 0;
 }
 
@@ -386,9 +380,8 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.qbuf_addr = rl.qbuf;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     CUtensorMap map{};
+    const bool tm = plan.tensor_map && encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
     for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
-      const bool tm = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads) &&
-                      encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
       const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, tm};
       decode_kernel_launch<C>(sel, s, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     });

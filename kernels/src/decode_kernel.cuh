@@ -352,9 +352,10 @@ struct Softmax32 {
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
-// query columns of G > 8 (dev::query_head<true>). TM (H = 8; tm_copies): the CTA holds some of the kv heads and takes each 16-token half as one
-// box of the tensor map in t (DecodeTablesTm) instead of 16 per-token copies. The body of
-// decode_kernel and decode_kernel_tm (TM), inlined into each.
+// query columns of G > 8 (dev::query_head<true>). TM (H = 8; tm_copies): the CTA holds some of
+// the kv heads and takes each 16-token half as one box of the tensor map in t (DecodeTablesTm)
+// instead of 16 per-token copies. The body of decode_kernel and decode_kernel_tm (TM), inlined
+// into each.
 template <class C, bool P, bool PK, int H, bool TM, class T>
 __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, const uint8_t* __restrict__ cache) {
   static_assert(!TM || (H == 8 && !P && tm_rows<C>(H)), "TM: 8-head kernels whose rows tm_rows accepts");
@@ -1272,6 +1273,8 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
 // 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
 template <class C, int HR, int... HS, class Fn>
 void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  static_assert(!QCfg<C>::kWide || tm_rows<C>(8),
+                "decode_heads_per_cta gives the wide-LUT formats CTAs of 8 heads above 16 kv heads: their rows must take boxes");
   auto packed_or_not = [&](auto p, auto h, auto tm) {
     constexpr bool P = decltype(p)::value, TM = decltype(tm)::value;
     constexpr int H = decltype(h)::value;

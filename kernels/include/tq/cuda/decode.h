@@ -51,9 +51,8 @@ struct DecodeParams {
 struct DecodePlan {
   int num_splits = 1;      // work items per sequence, on average (fixed or auto)
   int items = 1;           // work items (CTAs) per head group: num_splits · batch
-  int heads_per_cta = 1;   // kv heads one CTA streams: n_kv_heads when ≤ the kernel's warps, else 8 (mse and turbo
-                           // keys at head_dim ≤ 128: tensor_map), 16 (16-warp kernels, n_kv_heads a multiple of
-                           // 16) or 8 (FP16: a divisor ≤ 8)
+  int heads_per_cta = 1;   // kv heads one CTA streams: n_kv_heads when ≤ the kernel's warps, else 8 (n_kv_heads a
+                           // multiple of 8; mse and turbo keys at head_dim ≤ 128: tensor_map) (FP16: a divisor ≤ 8)
   int warps_per_head = 1;  // warps sharing one kv head, one sub-tile each (FP16: 16 tokens, 8 warps per CTA;
                            // quantized: 32 tokens, 16 warps per CTA for mse keys at d ≤ 128, else 8)
   int head_groups = 1;     // n_kv_heads / heads_per_cta
