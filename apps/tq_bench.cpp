@@ -349,15 +349,17 @@ int run_gpu(const Args& a) {
       dj.set("parts", d.plan.parts);
       dj.set("heads_per_cta", d.plan.heads_per_cta);
       dj.set("tensor_map", d.plan.tensor_map);  // 16-token page slices as tensor-map boxes (CTAs of some heads)
-      // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once; kv_bytes
-      // and pct_copy count every slot once)
+      // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once, or 1 with
+      // query_slices 2: both slices of 12 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)
       dj.set("query_passes", d.plan.query_passes);
+      dj.set("query_slices", d.plan.query_slices);
       dj.set("ctas_per_sm", d.plan.ctas_per_sm);
       dj.set("smem_bytes", d.plan.smem_bytes);
       dj.set("cache_copies", d.copies);
       dj.set("f16_median_ms", base.t.median_ms);
       dj.set("f16_gbps", base.gbps);
       dj.set("f16_num_splits", base.plan.num_splits);
+      dj.set("f16_query_passes", base.plan.query_passes);  // the FP16 decode's reads of the cache
       dj.set("speedup_vs_f16", base.t.median_ms / d.t.median_ms);
       j.set("decode", std::move(dj));
       row.insert(row.end(), {fmt::format("{:.1f}", double(d.kv_bytes) / 1e6), fmt::format("{:.4f}", d.t.median_ms),

@@ -46,6 +46,7 @@ struct DecodeKernelSel {
   int group = 0, hpc = 0, wph = 0;
   bool sliced = false;
   bool tmap = false;        // tm_copies: the TM variant (one tensor-map box per 16-token half)
+  int slices = 1;           // query slices per CTA (2: both of 8 < G ≤ 16 in one launch, group = G)
 };
 
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
@@ -62,8 +63,15 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
 namespace {
 
 constexpr int kSub = 32;       // tokens per warp sub-tile
-// decode_kernel's H for a slice of G > 8 query columns: −1 (heads per CTA: a.hpc) or −8 (8)
-constexpr int kSliced = -1, kSliced8 = -8;
+// decode_kernel's H for a slice of G > 8 query columns: −1 (heads per CTA: a.hpc) or −8 (8);
+// for both slices of 8 < G ≤ 16 in one launch (query_slices, two warps per head and sub-tile:
+// warps hpc·wph … compute columns 8 …): −101 (a.hpc) or −108 (8)
+constexpr int kSliced = -1, kSliced8 = -8, kDual = -101, kDual8 = -108;
+constexpr bool dual_slices(int H) { return H <= kDual; }
+// heads per CTA of kernel H at compile time (0: a.hpc)
+constexpr int compile_heads(int H) {
+  return H == kSliced || H == kDual ? 0 : dual_slices(H) ? kDual - H + 1 : H < 0 ? -H : H;
+}
 constexpr int kMaxStages = 4;
 
 // Wide-LUT kernels (QCfg::kWide): the LUT sits at shared address kLutAddr (64 KB

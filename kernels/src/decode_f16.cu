@@ -18,10 +18,13 @@ namespace {
 // One CTA per SM (its ring fills shared memory). Saying so lets ptxas use the registers to keep
 // the K and V fragment loads in flight; with __launch_bounds__(256) it loaded them all into one
 // register quad, each load's latency on the MMA chain (12% slower; kernels.md run 23).
-// SLICED: one slice of ≤ 8 query columns of G > 8 (dev::query_head).
-template <int D, bool SLICED>
+// SLICED: one slice of ≤ 8 query columns of G > 8 (dev::query_head); NT = 2 (SLICED): all of
+// 8 < G ≤ 16 in one launch, each K / V fragment feeding two MMAs (query columns 8t + …, t < NT),
+// so the cache is read once (f16_tiles).
+template <int D, bool SLICED, int NT = 1>
 __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
                                                          const __half* __restrict__ vc) {
+  static_assert(NT == 1 || (NT == 2 && SLICED && D <= 128), "two column tiles: one launch of 8 < G ≤ 16, d ≤ 128");
   constexpr int CR = D / 8;  // 16-byte chunks per token-head row
   constexpr int KS = D / 16;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -95,20 +98,26 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     wr = wr + 1 == a.stages ? 0 : wr + 1;
   }
 
-  // Query fragments (B operand): dims 16ks + 2p, +1 and +8, +9 of query row g = r.
-  uint32_t qf[KS][2];
-  const bool has_q = r < a.group;
-  const __half* qrow = a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<SLICED>(a, kvh, has_q ? r : 0)) * a.q_sh;
+  // Query fragments (B operand) of column tile t: dims 16ks + 2p, +1 and +8, +9 of query row g = 8t + r.
+  uint32_t qf[NT][KS][2];
 #pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
-    qf[ks][0] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p) : 0u;
-    qf[ks][1] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p + 8) : 0u;
+  for (int t = 0; t < NT; ++t) {
+    const bool has_q = 8 * t + r < a.group;
+    const __half* qrow =
+        a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<SLICED>(a, kvh, has_q ? 8 * t + r : 0)) * a.q_sh;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      qf[t][ks][0] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p) : 0u;
+      qf[t][ks][1] = has_q ? *reinterpret_cast<const uint32_t*>(qrow + 16 * ks + 2 * p + 8) : 0u;
+    }
   }
 
-  float acc[KS][4];
+  float acc[NT][KS][4];
 #pragma unroll
-  for (int i = 0; i < KS; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  dev::Softmax sm;
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int i = 0; i < KS; ++i) acc[t][i][0] = acc[t][i][1] = acc[t][i][2] = acc[t][i][3] = 0.f;
+  dev::Softmax sm[NT];
   const int mq = lane >> 3, i8 = lane & 7;
   int rd = 0;
   for (int it = 0; it < rg.tiles; ++it) {
@@ -125,7 +134,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     const int nvalid = min(rg.end - t0, 16);
     if (nvalid <= 0) continue;
 
-    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    float s[NT][4] = {};
     {
       const int tok = i8 + 8 * (mq & 1);
       const uint32_t row = ks_base + (tok * hpc + hl) * (2 * D);
@@ -133,58 +142,69 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
       for (int ks = 0; ks < KS; ++ks) {
         uint32_t af[4];
         dev::ldmatrix_x4(af, row + 16 * ((2 * ks + (mq >> 1)) ^ (tok & 7)));
-        dev::mma_16816(s, af, qf[ks][0], qf[ks][1]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) dev::mma_16816(s[t], af, qf[t][ks][0], qf[t][ks][1]);
       }
     }
-    float x[4] = {s[0] * a.scale_log2, s[1] * a.scale_log2, s[2] * a.scale_log2, s[3] * a.scale_log2};
-    if (r >= nvalid) x[0] = x[1] = -INFINITY;
-    if (r + 8 >= nvalid) x[2] = x[3] = -INFINITY;
-    float alpha[2];
-    sm.update(x, alpha);
-    const uint32_t b0 = dev::movmatrix_trans(dev::pack_half2(x[0], x[1]));
-    const uint32_t b1 = dev::movmatrix_trans(dev::pack_half2(x[2], x[3]));
+    float alpha[NT][2];
+    uint32_t b0[NT], b1[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float x[4] = {s[t][0] * a.scale_log2, s[t][1] * a.scale_log2, s[t][2] * a.scale_log2, s[t][3] * a.scale_log2};
+      if (r >= nvalid) x[0] = x[1] = -INFINITY;
+      if (r + 8 >= nvalid) x[2] = x[3] = -INFINITY;
+      sm[t].update(x, alpha[t]);
+      b0[t] = dev::movmatrix_trans(dev::pack_half2(x[0], x[1]));
+      b1[t] = dev::movmatrix_trans(dev::pack_half2(x[2], x[3]));
+    }
     {
       const int tok = i8 + 8 * (mq >> 1);
       const uint32_t row = vs_base + (tok * hpc + hl) * (2 * D);
 #pragma unroll
       for (int i = 0; i < KS; ++i) {
-        acc[i][0] *= alpha[0];
-        acc[i][1] *= alpha[1];
-        acc[i][2] *= alpha[0];
-        acc[i][3] *= alpha[1];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          acc[t][i][0] *= alpha[t][0];
+          acc[t][i][1] *= alpha[t][1];
+          acc[t][i][2] *= alpha[t][0];
+          acc[t][i][3] *= alpha[t][1];
+        }
         uint32_t af[4];
         dev::ldmatrix_x4_trans(af, row + 16 * ((2 * i + (mq & 1)) ^ (tok & 7)));
-        dev::mma_16816(acc[i], af, b0, b1);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) dev::mma_16816(acc[t][i], af, b0[t], b1[t]);
       }
     }
   }
   dev::cp_async_wait<0>();
 
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const float l = dev::sum_over_token_lanes(sm.l[c]);
-    const int g = 2 * p + c;
-    if (g >= a.group) continue;
-    const int qh = dev::query_head<SLICED>(a, kvh, g);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    if (a.parts == 1) {
-      __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh) * a.o_sh;
+  for (int t = 0; t < NT; ++t)
 #pragma unroll
-      for (int i = 0; i < KS; ++i) {
-        o[16 * i + r] = __float2half_rn(acc[i][c] * inv);
-        o[16 * i + r + 8] = __float2half_rn(acc[i][c + 2] * inv);
-      }
-    } else {
-      const int64_t rowi = (int64_t(qh) * a.items + item) * wph + ws;
-      float* o = a.o_part + rowi * D;
+    for (int c = 0; c < 2; ++c) {
+      const float l = dev::sum_over_token_lanes(sm[t].l[c]);
+      const int g = 8 * t + 2 * p + c;
+      if (g >= a.group) continue;
+      const int qh = dev::query_head<SLICED>(a, kvh, g);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      if (a.parts == 1) {
+        __half* o = a.out + int64_t(b) * a.o_sb + int64_t(qh) * a.o_sh;
 #pragma unroll
-      for (int i = 0; i < KS; ++i) {
-        o[16 * i + r] = acc[i][c] * inv;
-        o[16 * i + r + 8] = acc[i][c + 2] * inv;
+        for (int i = 0; i < KS; ++i) {
+          o[16 * i + r] = __float2half_rn(acc[t][i][c] * inv);
+          o[16 * i + r + 8] = __float2half_rn(acc[t][i][c + 2] * inv);
+        }
+      } else {
+        const int64_t rowi = (int64_t(qh) * a.items + item) * wph + ws;
+        float* o = a.o_part + rowi * D;
+#pragma unroll
+        for (int i = 0; i < KS; ++i) {
+          o[16 * i + r] = acc[t][i][c] * inv;
+          o[16 * i + r + 8] = acc[t][i][c + 2] * inv;
+        }
+        if (r == 0) a.lse_part[rowi] = l > 0.f ? sm[t].m[c] + __log2f(l) : -INFINITY;
       }
-      if (r == 0) a.lse_part[rowi] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
     }
-  }
 }
 
 template <class Fn>
@@ -208,6 +228,11 @@ int f16_heads_per_cta(int n_kv_heads) {
   return heads;
 }
 
+// Column tiles of one stage-1 launch of the FP16 decode: 2 for 8 < G ≤ 16 at head_dim ≤ 128 (one
+// launch: the cache read once, as SDPA reads it; the quantized decode's query_slices), else 1
+// (G > 8: launches of ≤ 8 columns; d = 256's two tiles of accumulators would not fit the registers).
+int f16_tiles(int group, int head_dim) { return group > kQueryCols && group <= 2 * kQueryCols && head_dim <= 128 ? 2 : 1; }
+
 }  // namespace
 
 DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, int sm_count) {
@@ -226,6 +251,10 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, in
     plan.ctas_per_sm = occ;
   });
   finish_plan(p, cache.head_dim, sm_count, 16, plan);
+  if (f16_tiles(p.n_q_heads / cache.n_kv_heads, cache.head_dim) == 2) {
+    plan.query_passes = 1;
+    plan.query_slices = 2;
+  }
   return plan;
 }
 
@@ -243,12 +272,17 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
   dispatch_f16(D, [&](auto dc) {
     constexpr int DD = decltype(dc)::value;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
-    for_each_query_slice(a, D, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
-      const auto kern = sliced ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>;
+    auto launch = [&](auto kern, const DecodeArgs& s) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const __half*>(cache.k),
                                                           static_cast<const __half*>(cache.v));
       TQ_CUDA_CHECK(cudaGetLastError());
+    };
+    if constexpr (DD <= 128) {
+      if (f16_tiles(a.group_stride, DD) == 2) return launch(decode_f16_kernel<DD, true, 2>, a);  // 8 < G ≤ 16
+    }
+    for_each_query_slice(a, D, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
+      launch(sliced ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>, s);
     });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, stream);

@@ -6,7 +6,8 @@
 // Per CTA (work item: a chunk of one sequence's tokens, dev::work_item; group of hpc kv
 // heads): hpc × wph warps; warp (h, w)
 // owns head h of 32-token sub-tile w of every pipeline stage and keeps its own
-// softmax state (one "part" of the log-sum-exp merge).
+// softmax state (one "part" of the log-sum-exp merge). (12 < G ≤ 16 query heads per kv
+// head: a second hpc × wph warps compute columns 8 … G − 1 from the same stages.)
 //
 // Loads: a ring of `stages` stages, each wph sub-tiles × 32 tokens × hpc heads,
 // filled by the TMA engine (cp.async.bulk, one instruction per contiguous run:
@@ -352,7 +353,10 @@ struct Softmax32 {
 // PK (packed, G ≤ 4): MMA columns 0–3 = query heads 0–3 in fp16 hi, 4–7 = their lo parts.
 // H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
-// query columns of G > 8 (dev::query_head<true>). TM (H = 8; tm_copies): the CTA holds some of
+// query columns of G > 8 (dev::query_head<true>); kDual / kDual8 (dual_slices): both slices of
+// 8 < G ≤ 16 in one launch (the planner takes it at 12 < G: dual_slices_fit), the CTA's warps
+// twice hpc · wph (slice 1: columns 8 … G − 1, g0), so the ring's bytes are read once for all G
+// columns. TM (H = 8; tm_copies): the CTA holds some of
 // the kv heads and takes each 16-token half as one box of the tensor map in t (DecodeTablesTm)
 // instead of 16 per-token copies. The body of decode_kernel and decode_kernel_tm (TM), inlined
 // into each.
@@ -371,9 +375,14 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   __shared__ __align__(8) uint2 slut[Q::kSignLutEntries];  // sign nibble → ±1 halves (sign_frag)
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
-  constexpr int kH = H == kSliced ? 0 : H < 0 ? -H : H;  // heads per CTA at compile time (0: a.hpc)
-  const int hpc = kH > 0 ? kH : a.hpc, wph = kH > 0 ? Q::kCtaWarps / kH : a.wph;
-  const int hl = warp % hpc, ws = warp / hpc;
+  constexpr int kH = compile_heads(H);  // heads per CTA at compile time (0: a.hpc)
+  constexpr int NS = dual_slices(H) ? 2 : 1;  // query slices per CTA (2: warp slice·hpc·wph + … computes columns 8·slice …)
+  const int hpc = kH > 0 ? kH : a.hpc, wph = kH > 0 ? Q::kCtaWarps / (NS * kH) : a.wph;
+  const int hl = warp % hpc, ws = NS == 1 ? warp / hpc : warp / hpc % wph;
+  const int g0 = NS == 1 ? 0 : 8 * (warp / (hpc * wph));  // the warp's first query column
+  // the warp's columns (read from the parameters at each use where NS = 1, as before: a copy kept in a
+  // register moved ptxas's schedules)
+  auto group = [&] { return NS == 1 ? a.group : min(8, a.group - g0); };
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = kSub * wph;
   const dev::WorkItem wi = dev::work_item(a.seq_lens, a.batch, a.items, tile, item);  // every warp: the same
@@ -431,7 +440,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // loads: one global round trip before the prologue below instead of one per head
   // (~1 µs each: q comes from HBM). (G > 4: the loads go one head ahead in the prologue;
   // 8 heads' registers made the register allocation of those kernels spill more.)
-  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<(H < 0)>(a, kvh, g)) * a.q_sh; };  // head g
+  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<(H < 0)>(a, kvh, g0 + g)) * a.q_sh; };  // head g
   __half2 qraw[PK ? 2 : 1][D / 32];
   if constexpr (PK) {
 #pragma unroll
@@ -441,8 +450,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       for (int k = 0; k < D / 32; ++k) {
         const int j = lane + 32 * k;
         const bool in = j < C::kD;
-        qraw[i][k].x = 2 * i < a.group && in ? qrow[j] : __ushort_as_half(0);
-        qraw[i][k].y = 2 * i + 1 < a.group && in ? qrow[j + a.q_sh] : __ushort_as_half(0);
+        qraw[i][k].x = 2 * i < group() && in ? qrow[j] : __ushort_as_half(0);
+        qraw[i][k].y = 2 * i + 1 < group() && in ? qrow[j + a.q_sh] : __ushort_as_half(0);
       }
     }
   } else if (ws == 0) {
@@ -450,7 +459,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     // lines prefetched here, at kernel entry (no registers), turn those HBM round trips into
     // cache hits
     constexpr int kLines = (2 * C::kD + 127) / 128;  // 128-byte lines of a query row
-    if (lane < a.group * kLines) dev::prefetch_l1(q_row(lane / kLines) + 64 * (lane % kLines));
+    if (lane < group() * kLines) dev::prefetch_l1(q_row(lane / kLines) + 64 * (lane % kLines));
   }
   // pages: lane src0 + x holds the page of half x of tile j
   auto issue = [&](int j, int s, int pages, int src0) {
@@ -605,7 +614,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   if constexpr (PK) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      if (g >= a.group) break;
+      if (g >= group()) break;
       float y[D / 32];
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) y[k] = s1_sign(k, __half2float(g & 1 ? qraw[g / 2][k].y : qraw[g / 2][k].x));
@@ -622,11 +631,11 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     };
     float y_next[D / 32];
     load_q(0, y_next);
-    for (int g = 0; g < a.group; ++g) {
+    for (int g = 0; g < group(); ++g) {
       float y[D / 32];
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) y[k] = y_next[k];
-      if (g + 1 < a.group) load_q(g + 1, y_next);
+      if (g + 1 < group()) load_q(g + 1, y_next);
       q_head(g, y);
     }
   }
@@ -1170,7 +1179,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       lse[c] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
     }
     const float osc = t.rot_scale / t.lut_scale;
-    for (int g = 0; g < a.group; ++g) {
+    for (int g = 0; g < group(); ++g) {
       const int c = g & 1;
       // head g's column of ac / Σp → y (element lane + 32k), through qbuf, signs sg applied
       auto gather = [&](const float (&ac)[D / 16][4], const uint32_t (&sg)[4], float (&y)[D / 32]) {
@@ -1198,7 +1207,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       }
       block_fwht<Q::kTB>(y, lane);
       const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
-      const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g);
+      const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g0 + g);
       const int64_t row = part_row(qh_idx);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
@@ -1219,8 +1228,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       const float z = total(zs[c]);
       const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
       const int g = 2 * p + c;
-      if (g >= a.group || (PK && !hi_lane)) continue;
-      const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g);
+      if (g >= group() || (PK && !hi_lane)) continue;
+      const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g0 + g);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
       // 3-bit values: Σ (1 + c/16)·P'.
@@ -1281,21 +1290,23 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
     if constexpr (TM) {
       static_assert(H == 8 && !P);
       return sel.group <= 4 ? fn(decode_kernel_tm<C, true>) : fn(decode_kernel_tm<C, false>);
+    } else if constexpr (dual_slices(H)) {  // group = G > 8
+      return fn(decode_kernel<C, P, false, H>);
     } else {
       return sel.group <= 4 ? fn(decode_kernel<C, P, true, H>) : fn(decode_kernel<C, P, false, H>);
     }
   };
   using No = std::false_type;
   using Runtime = std::integral_constant<int, HR>;
-  if constexpr (QCfg<C>::kMse && C::kValueBits == 4) {
+  if constexpr (QCfg<C>::kMse && C::kValueBits == 4 && !dual_slices(HR)) {
     if (sel.planes) return packed_or_not(std::true_type{}, Runtime{}, No{});
   }
   if (sel.planes) throw_error("paged_decode: no plane-layout kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
     bool done = false;
     auto try_heads = [&](auto h) {
-      constexpr int H = decltype(h)::value, heads = H < 0 ? -H : H;
-      if (done || sel.hpc != heads || sel.wph != QCfg<C>::kCtaWarps / heads) return;
+      constexpr int H = decltype(h)::value, heads = compile_heads(H), slices = dual_slices(H) ? 2 : 1;
+      if (done || sel.hpc != heads || sel.wph != QCfg<C>::kCtaWarps / (slices * heads)) return;
       constexpr bool kTmVariant = H == 8 && tm_rows<C>(heads);  // (tm_copies' kernels)
       if (sel.tmap && !kTmVariant) return;                       // refused below
       done = true;
@@ -1309,9 +1320,11 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   if (sel.tmap) throw_error("paged_decode: no tensor-map kernel for these heads per CTA (internal)");
   packed_or_not(No{}, Runtime{}, No{});
 }
-// sel.sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice)
+// sel.sliced: one slice of ≤ 8 query columns of G > 8 (for_each_query_slice); sel.slices 2: both
+// slices in one launch (DecodePlan::query_slices)
 template <class C, class Fn>
 void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  if (sel.slices == 2) return pick_kernel<C, kDual, kDual8>(sel, fn);
   if (sel.sliced) return pick_kernel<C, kSliced, kSliced8>(sel, fn);
   pick_kernel<C, 0, 8, 4, 16, 2>(sel, fn);
 }

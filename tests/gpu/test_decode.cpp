@@ -380,20 +380,23 @@ TEST_CASE("decode: turbo2/turbo3/turbo4/turbo4-qjl at head_dim 256 (two blocks p
   }
 }
 
-TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 16, 20 and head layouts", "[decode]") {
+TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts", "[decode]") {
   struct H {
     int hq, hkv, splits;
   };
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
-  // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8 runs ⌈G/8⌉ stage-1 launches
-  // over column slices of ≤ 8: (96,8) G=12 (8 + 4: the second slice packed), (128,8) G=16,
-  // also with one split (parts = 1 where a head has one warp: the slices write out directly),
-  // (20,1) G=20 (8 + 8 + 4).
+  // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8: column slices of ≤ 8 — for
+  // 12 < G ≤ 16 both in one launch where the CTA has twice its heads' warps (the quantized
+  // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
+  // stage-1 launches: (96,8) G=12 (8 + 4, the second launch packed), (128,8) G=16 (k8v4 and
+  // turbo4-qjl: two launches), also with one split (parts = 1 where a head has one warp: the
+  // slices write out directly), (26,2) G=13 (8 + 5, run-time heads), (20,1) G=20 (8 + 8 + 4),
+  // (192,8) G=24 (three launches of 8-head CTAs).
   for (const auto& fmt :
        {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo2"), std::string("turbo3"),
         std::string("turbo4"), std::string("turbo4-qjl"), std::string("f16")})
     for (const H h : {H{8, 8, 0}, H{32, 8, 0}, H{8, 1, 0}, H{12, 3, 0}, H{16, 16, 0}, H{64, 8, 0}, H{96, 8, 0},
-                      H{128, 8, 0}, H{128, 8, 1}, H{20, 1, 0}}) {
+                      H{128, 8, 0}, H{128, 8, 1}, H{26, 2, 0}, H{20, 1, 0}, H{192, 8, 0}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.hq = h.hq;
@@ -403,7 +406,17 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 16, 20 and head layouts", "[deco
       c.seed = uint64_t(h.hq * 100 + h.hkv);
       run_decode(c, [&](const DecodePlan& plan, const Filled&) {
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv);
-        REQUIRE(plan.query_passes == (h.hq / h.hkv + 7) / 8);
+        const int g = h.hq / h.hkv;
+        // warps per CTA: 16 for mse / turbo2/3/4 keys at head_dim ≤ 128, 8 for the rest (and FP16)
+        const bool f16 = fmt == "f16";
+        const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
+        // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp), the quantized decode at
+        // 12 < G ≤ 16 where the CTA has a second set of warps for the second slice
+        const bool dual = f16 ? g > 8 && g <= 16 : g > 12 && g <= 16 && 2 * plan.heads_per_cta <= warps;
+        REQUIRE(plan.query_slices == (dual ? 2 : 1));
+        REQUIRE(plan.query_passes == (dual ? 1 : (g + 7) / 8));
+        REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
+        if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * warps);  // every warp of the kernel
         if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
       });
     }
@@ -452,7 +465,10 @@ TEST_CASE("decode: more than 8 kv heads: up to 16 in one CTA (Phi-4: 10; Gemma 2
           REQUIRE(plan.heads_per_cta * plan.warps_per_head == 8);
         }
         REQUIRE(plan.heads_per_cta * plan.head_groups == h.hkv);
-        REQUIRE(plan.query_passes == (h.hq / h.hkv + 7) / 8);
+        // (160,10) G = 16: the FP16 decode in one launch (two column tiles); 10 heads leave the
+        // quantized kernel no second set of warps: two launches
+        const bool one = fmt == "f16" && h.hq / h.hkv > 8 && h.d <= 128;
+        REQUIRE(plan.query_passes == (one ? 1 : (h.hq / h.hkv + 7) / 8));
       });
     }
   // the plane layout
@@ -641,12 +657,15 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     c.lens = {0, 300, 2};  // an empty sequence, and items the lengths leave unused
     c.splits = 3;
     run_decode(c);
-    c.hq = 24;  // G = 12 over 2 kv heads: two stage-1 slices (8 + 4 query columns)
+    c.hq = 24;  // G = 12 over 2 kv heads: two stage-1 launches (8 + 4 query columns, the second packed)
     c.hkv = 2;
     c.lens = {1, 17, 40};
     c.splits = 2;
     run_decode(c);
-    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: the compile-time-heads slice kernels)
+    c.hq = 30;  // G = 15 over 2 kv heads: both slices (8 + 7 columns) in one launch
+    run_decode(c);
+    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: both slices in one launch, compile-time heads;
+                 // k8v4 / turbo4-qjl: two launches)
     c.hkv = 8;
     run_decode(c);
     if (fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // 10 kv heads in one CTA (the 8-warp kernels refuse)
@@ -819,6 +838,13 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   REQUIRE(tq::cuda::decode_can_implement(kf, pc, pg).empty());
   REQUIRE(tq::cuda::plan_decode(kf, pc, pg).query_passes == 3);
   REQUIRE(tq::cuda::plan_decode(kf, pc, p).query_passes == 1);
+  pg.n_q_heads = 28;  // 14 per kv head: both slices (8 + 6 columns) in one launch, 2 × 2 heads × 4 warps
+  const auto pd = tq::cuda::plan_decode(kf, pc, pg);
+  REQUIRE((pd.query_passes == 1 && pd.query_slices == 2 && pd.threads == 512 && pd.warps_per_head == 4));
+  pg.n_q_heads = 24;  // 12: two launches (the second's 4 columns packed)
+  const auto p12 = tq::cuda::plan_decode(kf, pc, pg);
+  REQUIRE((p12.query_passes == 2 && p12.query_slices == 1 && p12.threads == 512 && p12.warps_per_head == 8));
+  REQUIRE(tq::cuda::plan_decode(kf, pc, p).query_slices == 1);
   pg = p;
   pg.n_q_heads = 3;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("multiple of n_kv_heads"));
