@@ -29,7 +29,7 @@ TEST_CASE("model shapes: every entry is a valid attention shape with a unique na
     CHECK(m.sliding_layers <= m.layers);
     CHECK((m.sliding_layers == 0) == (m.window == 0));
   }
-  CHECK(names.size() >= 24);
+  CHECK(names.size() >= 25);
 }
 
 TEST_CASE("model shapes: cached tokens over all layers keep each window", "[models]") {
@@ -52,4 +52,6 @@ TEST_CASE("model shapes: cached tokens over all layers keep each window", "[mode
   const tq::ModelShape& l2 = tq::find_model_shape("llama-2-13b");
   CHECK(tq::describe(l2) == "q 40 / kv 40 heads, head_dim 128, 40 layers");
   CHECK(tq::cached_tokens_all_layers(l2, 4096) == 40LL * 4096);
+  // Qwen3-235B-A22B (model card: 94 layers, 64 query / 4 kv heads; config.json head_dim 128): G = 16
+  CHECK(tq::describe(tq::find_model_shape("qwen3-235b-a22b")) == "q 64 / kv 4 heads, head_dim 128, 94 layers");
 }

@@ -35,6 +35,7 @@ constexpr std::array kShapes = {
     ModelShape{"qwen2.5-72b", "Qwen/Qwen2.5-72B-Instruct", 64, 8, 128, 80},
     ModelShape{"qwen3-8b", "Qwen/Qwen3-8B", 32, 8, 128, 36},
     ModelShape{"qwen3-32b", "Qwen/Qwen3-32B", 64, 8, 128, 64},
+    ModelShape{"qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", 64, 4, 128, 94},  // MoE: attention as a dense model's
     ModelShape{"yi-34b", "01-ai/Yi-34B", 56, 8, 128, 60},
     ModelShape{"phi-4", "microsoft/phi-4", 40, 10, 128, 40},
     ModelShape{"phi-3-mini-4k", "microsoft/Phi-3-mini-4k-instruct", 32, 32, 96, 32, 32, 2047},
