@@ -350,7 +350,7 @@ int run_gpu(const Args& a) {
       dj.set("heads_per_cta", d.plan.heads_per_cta);
       dj.set("tensor_map", d.plan.tensor_map);  // 16-token page slices as tensor-map boxes (CTAs of some heads)
       // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once, or 1 with
-      // query_slices 2: both slices of 12 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)
+      // query_slices 2: both slices of 8 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)
       dj.set("query_passes", d.plan.query_passes);
       dj.set("query_slices", d.plan.query_slices);
       dj.set("ctas_per_sm", d.plan.ctas_per_sm);

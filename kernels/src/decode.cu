@@ -314,42 +314,46 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
   const std::string why = decode_can_implement(f, cache, p);
   if (!why.empty()) throw_error(why.c_str());
   if (sm_count <= 0) sm_count = decode_device_sms();
-  DecodePlan plan;
-  dispatch_decode_format(f, [&](auto cfg) {
-    using C = decltype(cfg);
-    using Q = QCfg<C>;
-    int stage_bytes = 0, stages = 0;
-    const bool planes = cache.layout == CacheLayout::planes;
-    // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
-    // LUT (not wide), barriers, centroids
-    const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
-    const int static_smem = decode_static_smem<Q>();
-    const int group = p.n_q_heads / cache.n_kv_heads, heads = decode_heads_per_cta(f, cache.n_kv_heads);
-    const bool sliced = sliced_launches(group);
-    // 12 < G ≤ 16: both query slices in one launch where the CTA has the warps (query_slices);
-    // the ring then holds half the sub-tiles per stage (warps_per_head is per slice)
-    const bool dual = dual_slices_fit(group, heads, Q::kCtaWarps, planes);
-    plan_layout(cache.n_kv_heads, heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
-                stage_bytes, stages, false, 2, dual ? Q::kCtaWarps / 2 : Q::kCtaWarps);
-    if (dual) {
-      plan.query_slices = 2;
-      plan.threads *= 2;
-    }
-    if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
-      const int limit = ring_limit<Q>();
-      for (stages = kMaxStages; stages >= 2; --stages)
-        if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
-      if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
-      plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
-    }
-    plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
-    const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols), plan.heads_per_cta, plan.warps_per_head,
-                              sliced, plan.tensor_map, plan.query_slices};
-    plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
-  });
-  finish_plan(p, f.head_dim, sm_count, kSub, plan);
-  if (plan.query_slices == 2) plan.query_passes = 1;
-  return plan;
+  const int group = p.n_q_heads / cache.n_kv_heads, heads = decode_heads_per_cta(f, cache.n_kv_heads);
+  const bool planes = cache.layout == CacheLayout::planes, sliced = sliced_launches(group);
+  // dual: both query slices of 8 < G ≤ 16 in one launch (query_slices); the ring then holds half
+  // the sub-tiles per stage (warps_per_head is per slice)
+  auto plan_for = [&](bool dual) {
+    DecodePlan plan;
+    dispatch_decode_format(f, [&](auto cfg) {
+      using C = decltype(cfg);
+      using Q = QCfg<C>;
+      int stage_bytes = 0, stages = 0;
+      // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
+      // LUT (not wide), barriers, centroids
+      const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
+      const int static_smem = decode_static_smem<Q>();
+      plan_layout(cache.n_kv_heads, heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
+                  stage_bytes, stages, false, 2, dual ? Q::kCtaWarps / 2 : Q::kCtaWarps);
+      if (dual) {
+        plan.query_slices = 2;
+        plan.threads *= 2;
+      }
+      if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
+        const int limit = ring_limit<Q>();
+        for (stages = kMaxStages; stages >= 2; --stages)
+          if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
+        if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
+        plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
+      }
+      plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
+      const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols), plan.heads_per_cta,
+                                plan.warps_per_head, sliced, plan.tensor_map, plan.query_slices};
+      plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
+    });
+    finish_plan(p, f.head_dim, sm_count, kSub, plan);
+    if (plan.query_slices == 2) plan.query_passes = 1;
+    return plan;
+  };
+  if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
+  if (group > kQueryCols + 4) return plan_for(true);
+  const DecodePlan two = plan_for(false);  // 8 < G ≤ 12: one launch only for short work items
+  return dual_short_items(p.max_seq_len, two.num_splits) ? plan_for(true) : two;
 }
 
 void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, const DecodePlan& plan,
@@ -389,8 +393,9 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     CUtensorMap map{};
     const bool tm = plan.tensor_map && encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
-    if (plan.query_slices == 2) {  // both slices of 12 < G ≤ 16 in one launch (a.group = G)
-      if (!sliced_launches(a.group) || a.group > 2 * kQueryCols || planes || plan.threads != 64 * plan.heads_per_cta * plan.warps_per_head)
+    if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
+      if (!sliced_launches(a.group) || a.group > 2 * kQueryCols || planes ||
+          plan.threads != 64 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       const DecodeKernelSel sel{planes, a.group, plan.heads_per_cta, plan.warps_per_head, true, false, 2};
       decode_kernel_launch<C>(sel, a, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);

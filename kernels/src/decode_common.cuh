@@ -15,7 +15,7 @@
 // fp16 hi and lo parts of G ≤ 4 queries into columns 0–3 and 4–7), so no M rows
 // are wasted. G > 8 query heads per kv head run as ⌈G/8⌉ stage-1 launches of ≤ 8
 // columns each (for_each_query_slice), so each such launch reads the cache once — or, in
-// the quantized decode at 12 < G ≤ 16 (dual_slices_fit), as one launch whose CTA has a
+// the quantized decode at 8 < G ≤ 16 (dual_slices_fit), as one launch whose CTA has a
 // second set of HPC × WPH warps for columns 8 … G − 1, both sets on the same ring stages:
 //   S^T[tok, g]  = K[tok, :] · Q'[g, :]^T          (A = keys, B = queries)
 //   O^T[dim, g] += V^T[dim, tok] · P^T[tok, g]      (A = values, B = probabilities)
@@ -301,15 +301,22 @@ constexpr int kQueryCols = 8;
 constexpr int query_passes(int group) { return (group + kQueryCols - 1) / kQueryCols; }
 // Whether G query heads per kv head take sliced launches (more than one pass: the SLICED kernels).
 constexpr bool sliced_launches(int group) { return group > kQueryCols; }
-// Whether a quantized decode of G query heads per kv head takes both slices of 12 < G ≤ 16 in
+// Whether a quantized decode of G query heads per kv head can take both slices of 8 < G ≤ 16 in
 // one launch (query_slices 2: two warps per kv head and sub-tile, one per slice, on the same ring
 // stage, so the cache is read once): where the CTA has the warps for it (2 · heads per CTA ≤ its
-// warps; not the plane layout). At 8 < G ≤ 12 two launches stay ahead at long contexts: the
-// second slice's ≤ 4 columns take the packed kernel (hi and lo in one MMA), which one CTA's
-// warps cannot mix with the other slice's (B 32, 96 / 8, 32K: 0.724 ms in two launches, 0.756 in
-// one; 16 columns, 128 / 8: 0.796 → 0.756; B 8, 8K: 0.087 → 0.068; kernels.md run 34).
+// warps; not the plane layout). The planner takes it at 12 < G, and at 8 < G ≤ 12 where
+// dual_short_items: there two launches run the second slice's ≤ 4 columns in the packed kernel
+// (hi and lo in one MMA), which one CTA's warps cannot mix with the other slice's, and that wins
+// once a work item's tokens outweigh a launch's fixed cost (kernels.md run 34: B 32, 96 / 8, 32K
+// — 8192 tokens per item — 0.724 ms in two launches, 0.756 in one; 8K — 2048 per item — equal;
+// B 8 8K, B 1 32K, B 32 4K 6–19% faster in one; 16 columns, 128 / 8, 32K: 0.796 → 0.756).
 constexpr bool dual_slices_fit(int group, int hpc, int cta_warps, bool planes) {
-  return group > kQueryCols + 4 && group <= 2 * kQueryCols && 2 * hpc <= cta_warps && !planes;
+  return group > kQueryCols && group <= 2 * kQueryCols && 2 * hpc <= cta_warps && !planes;
+}
+// 8 < G ≤ 12: one launch when the longest sequence's work items (max_seq_len over the
+// two-launch plan's splits) are ≤ 2048 tokens
+constexpr bool dual_short_items(int max_seq_len, int num_splits) {
+  return int64_t(max_seq_len) <= int64_t(2048) * num_splits;
 }
 
 // Stage 1 for G > 8 query heads per kv head: fn(slice, true) once per slice of ≤ 8

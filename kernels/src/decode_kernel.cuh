@@ -6,8 +6,8 @@
 // Per CTA (work item: a chunk of one sequence's tokens, dev::work_item; group of hpc kv
 // heads): hpc × wph warps; warp (h, w)
 // owns head h of 32-token sub-tile w of every pipeline stage and keeps its own
-// softmax state (one "part" of the log-sum-exp merge). (12 < G ≤ 16 query heads per kv
-// head: a second hpc × wph warps compute columns 8 … G − 1 from the same stages.)
+// softmax state (one "part" of the log-sum-exp merge). (8 < G ≤ 16 query heads per kv
+// head: a second hpc × wph warps may compute columns 8 … G − 1 from the same stages.)
 //
 // Loads: a ring of `stages` stages, each wph sub-tiles × 32 tokens × hpc heads,
 // filled by the TMA engine (cp.async.bulk, one instruction per contiguous run:
@@ -354,7 +354,7 @@ struct Softmax32 {
 // H: heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is
 // an immediate), or 0: a.hpc; H < 0 (kSliced: a.hpc, kSliced8: 8): the launch is one slice of ≤ 8
 // query columns of G > 8 (dev::query_head<true>); kDual / kDual8 (dual_slices): both slices of
-// 8 < G ≤ 16 in one launch (the planner takes it at 12 < G: dual_slices_fit), the CTA's warps
+// 8 < G ≤ 16 in one launch (where the planner takes it: dual_slices_fit), the CTA's warps
 // twice hpc · wph (slice 1: columns 8 … G − 1, g0), so the ring's bytes are read once for all G
 // columns. TM (H = 8; tm_copies): the CTA holds some of
 // the kv heads and takes each 16-token half as one box of the tensor map in t (DecodeTablesTm)

@@ -386,17 +386,19 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
   };
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
   // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8: column slices of ≤ 8 — for
-  // 12 < G ≤ 16 both in one launch where the CTA has twice its heads' warps (the quantized
+  // 8 < G ≤ 16 both in one launch where the CTA has twice its heads' warps (the quantized
   // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
-  // stage-1 launches: (96,8) G=12 (8 + 4, the second launch packed), (128,8) G=16 (k8v4 and
-  // turbo4-qjl: two launches), also with one split (parts = 1 where a head has one warp: the
-  // slices write out directly), (26,2) G=13 (8 + 5, run-time heads), (20,1) G=20 (8 + 8 + 4),
-  // (192,8) G=24 (three launches of 8-head CTAs).
+  // stage-1 launches; at 8 < G ≤ 12 one launch only while a work item is ≤ 2048 tokens (with
+  // these lengths, ≤ 2049, every auto split count; one split of 2049 is not): (96,8) G=12 (8 + 4;
+  // with one split two launches, the second packed), (128,8) G=16 (k8v4 and turbo4-qjl: two
+  // launches), also with one split (parts = 1 where a head has one warp: the slices write out
+  // directly), (26,2) G=13 (8 + 5, run-time heads), (20,1) G=20 (8 + 8 + 4), (192,8) G=24 (three
+  // launches of 8-head CTAs).
   for (const auto& fmt :
        {std::string("turboquant_4bit_nc"), std::string("turboquant_k8v4"), std::string("turbo2"), std::string("turbo3"),
         std::string("turbo4"), std::string("turbo4-qjl"), std::string("f16")})
     for (const H h : {H{8, 8, 0}, H{32, 8, 0}, H{8, 1, 0}, H{12, 3, 0}, H{16, 16, 0}, H{64, 8, 0}, H{96, 8, 0},
-                      H{128, 8, 0}, H{128, 8, 1}, H{26, 2, 0}, H{20, 1, 0}, H{192, 8, 0}}) {
+                      H{96, 8, 1}, H{128, 8, 0}, H{128, 8, 1}, H{26, 2, 0}, H{20, 1, 0}, H{192, 8, 0}}) {
       DecodeCase c;
       c.fmt = fmt;
       c.hq = h.hq;
@@ -411,8 +413,10 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
         const bool f16 = fmt == "f16";
         const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
         // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp), the quantized decode at
-        // 12 < G ≤ 16 where the CTA has a second set of warps for the second slice
-        const bool dual = f16 ? g > 8 && g <= 16 : g > 12 && g <= 16 && 2 * plan.heads_per_cta <= warps;
+        // 8 < G ≤ 16 where the CTA has a second set of warps for the second slice — at G ≤ 12
+        // only with short work items (not one split of 2049 tokens)
+        const bool dual = f16 ? g > 8 && g <= 16
+                              : g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps && (g > 12 || h.splits != 1);
         REQUIRE(plan.query_slices == (dual ? 2 : 1));
         REQUIRE(plan.query_passes == (dual ? 1 : (g + 7) / 8));
         REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
@@ -657,13 +661,16 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     c.lens = {0, 300, 2};  // an empty sequence, and items the lengths leave unused
     c.splits = 3;
     run_decode(c);
-    c.hq = 24;  // G = 12 over 2 kv heads: two stage-1 launches (8 + 4 query columns, the second packed)
+    c.hq = 24;  // G = 12 over 2 kv heads: both slices (8 + 4 query columns) in one launch (short items)
     c.hkv = 2;
     c.lens = {1, 17, 40};
     c.splits = 2;
     run_decode(c);
-    c.hq = 30;  // G = 15 over 2 kv heads: both slices (8 + 7 columns) in one launch
+    c.splits = 1;  // one work item of 2100 tokens: two stage-1 launches, the second packed
+    c.lens = {2100, 17};
     run_decode(c);
+    c.lens = {1, 17, 40};
+    c.splits = 2;
     c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: both slices in one launch, compile-time heads;
                  // k8v4 / turbo4-qjl: two launches)
     c.hkv = 8;
@@ -841,9 +848,17 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   pg.n_q_heads = 28;  // 14 per kv head: both slices (8 + 6 columns) in one launch, 2 × 2 heads × 4 warps
   const auto pd = tq::cuda::plan_decode(kf, pc, pg);
   REQUIRE((pd.query_passes == 1 && pd.query_slices == 2 && pd.threads == 512 && pd.warps_per_head == 4));
-  pg.n_q_heads = 24;  // 12: two launches (the second's 4 columns packed)
+  pg.n_q_heads = 24;  // 12: one launch while each work item is ≤ 2048 tokens, else two (the second packed)
+  pg.max_seq_len = 4096;  // 8 sequences of ≤ 4096 tokens: ≥ 2 splits
   const auto p12 = tq::cuda::plan_decode(kf, pc, pg);
-  REQUIRE((p12.query_passes == 2 && p12.query_slices == 1 && p12.threads == 512 && p12.warps_per_head == 8));
+  REQUIRE((p12.query_passes == 1 && p12.query_slices == 2 && p12.num_splits >= 2 && p12.warps_per_head == 4));
+  pg.num_splits = 1;
+  const auto p12l = tq::cuda::plan_decode(kf, pc, pg);
+  REQUIRE((p12l.query_passes == 2 && p12l.query_slices == 1 && p12l.threads == 512 && p12l.warps_per_head == 8));
+  pg.num_splits = 2;  // 2 × 2048
+  REQUIRE(tq::cuda::plan_decode(kf, pc, pg).query_slices == 2);
+  pg.max_seq_len = 4097;
+  REQUIRE(tq::cuda::plan_decode(kf, pc, pg).query_slices == 1);
   REQUIRE(tq::cuda::plan_decode(kf, pc, p).query_slices == 1);
   pg = p;
   pg.n_q_heads = 3;

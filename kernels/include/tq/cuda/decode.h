@@ -7,8 +7,8 @@
 // cp.async) and computes every query head of its kv
 // heads (GQA: each slot is read once per query group of ≤ 8 heads; G > 8 query heads
 // per kv head run ⌈G/8⌉ stage-1 launches of ≤ 8 heads, each reading the cache once:
-// DecodePlan::query_passes — except at 12 < G ≤ 16 for the quantized decode and
-// 8 < G ≤ 16 for FP16, whose CTAs compute both slices in one launch:
+// DecodePlan::query_passes — except at 8 < G ≤ 16 (quantized, G ≤ 12: for work items of
+// ≤ 2048 tokens), whose CTAs compute both slices in one launch:
 // DecodePlan::query_slices); stage 2 merges the splits by log-sum-exp. A single part
 // writes the output directly.
 //
@@ -65,7 +65,8 @@ struct DecodePlan {
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
   int query_passes = 1;    // stage-1 launches, each reading the whole cache range once: ⌈G / 8⌉, G = query
                            // heads per kv head (the MMA's N tile holds 8 query columns); 1 with query_slices 2
-  int query_slices = 1;    // quantized, 12 < G ≤ 16: 2 when a CTA computes both slices of 8 columns and G − 8, a second
+  int query_slices = 1;    // 8 < G ≤ 16: 2 when a CTA computes both slices of 8 columns and G − 8 (quantized at G ≤ 12:
+                           // only when a work item streams ≤ 2048 tokens, else the second launch is packed); a second
                            // set of heads_per_cta · warps_per_head warps on the same ring stages (threads counts
                            // both), where the kernel has the warps (2 · heads_per_cta ≤ 16, or 8: mse/turbo keys
                            // at head_dim ≤ 128, or the rest) and the layout is vLLM's; FP16: 2 at 8 < G ≤ 16 and
