@@ -194,7 +194,8 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
   plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
-  plan.query_passes = query_passes(p.n_q_heads / (plan.head_groups * plan.heads_per_cta));  // for_each_query_slice
+  // for_each_query_slice, or one launch for both slices (query_slices, set by the planner before)
+  plan.query_passes = plan.query_slices == 2 ? 1 : query_passes(p.n_q_heads / (plan.head_groups * plan.heads_per_cta));
   // parts per (sequence, q head), at most (the merge's shared-memory weights): a sequence of
   // max_seq_len tokens gets ≤ max_tiles items, and every other sequence has ≥ 1. With more
   // items than sequences parts > 1 even so, so the parts always go through the workspace
@@ -347,7 +348,6 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
     finish_plan(p, f.head_dim, sm_count, kSub, plan);
-    if (plan.query_slices == 2) plan.query_passes = 1;
     return plan;
   };
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);

@@ -348,7 +348,7 @@ struct DecodeParams;
 void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
                  int two_cta_min_stages, int cta_warps);
-// Split count (fixed or auto), parts and workspace size of a plan.
+// Split count (fixed or auto), query passes (from query_slices), parts and workspace size of a plan.
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan);
 int decode_device_sms();
 int decode_device_smem_optin();

@@ -250,11 +250,8 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, in
     TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D, false>, plan.threads, plan.smem_bytes));
     plan.ctas_per_sm = occ;
   });
+  plan.query_slices = f16_tiles(p.n_q_heads / cache.n_kv_heads, cache.head_dim);
   finish_plan(p, cache.head_dim, sm_count, 16, plan);
-  if (f16_tiles(p.n_q_heads / cache.n_kv_heads, cache.head_dim) == 2) {
-    plan.query_passes = 1;
-    plan.query_slices = 2;
-  }
   return plan;
 }
 
