@@ -492,7 +492,8 @@ TEST_CASE("decode: 2 and 4 kv heads (Qwen 2.5 3B: 16 / 2, 7B: 28 / 4): compile-t
   // or 4 warps per head, heads per CTA known at compile time; where 4 slots are 8 mod 16 bytes
   // (134-, 118-byte slots) MMA row r reads token 2r and row r + 8 token 2r + 1 (bank-conflict-free
   // key loads), so lengths that end inside a 16-token half (5, 17, 31, 47) mask odd and even rows.
-  // G = 1, 4 (packed), 6, 7, 8 and 12 (two slices, heads per CTA at run time).
+  // G = 1, 4 (packed), 6, 7, 8 and 12 (heads per CTA at run time; both slices in one launch, the
+  // CTA's warps split between them: work items here are ≤ 2049 tokens at every auto split count).
   struct H {
     int hq, hkv;
   };
@@ -509,8 +510,11 @@ TEST_CASE("decode: 2 and 4 kv heads (Qwen 2.5 3B: 16 / 2, 7B: 28 / 4): compile-t
         INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv);
         REQUIRE(plan.heads_per_cta * plan.head_groups == h.hkv);
         if (fmt != "f16" && fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // the 16-warp kernels
+          const int slices = h.hq / h.hkv > 8 ? 2 : 1;
           REQUIRE(plan.heads_per_cta == h.hkv);
-          REQUIRE(plan.warps_per_head == 16 / h.hkv);
+          REQUIRE(plan.query_slices == slices);
+          REQUIRE(plan.warps_per_head == 16 / (h.hkv * slices));
+          REQUIRE(plan.threads == 512);
         }
       });
     }
