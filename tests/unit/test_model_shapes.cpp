@@ -29,7 +29,7 @@ TEST_CASE("model shapes: every entry is a valid attention shape with a unique na
     CHECK(m.sliding_layers <= m.layers);
     CHECK((m.sliding_layers == 0) == (m.window == 0));
   }
-  CHECK(names.size() >= 25);
+  CHECK(names.size() >= 28);
 }
 
 TEST_CASE("model shapes: cached tokens over all layers keep each window", "[models]") {
@@ -54,4 +54,10 @@ TEST_CASE("model shapes: cached tokens over all layers keep each window", "[mode
   CHECK(tq::cached_tokens_all_layers(l2, 4096) == 40LL * 4096);
   // Qwen3-235B-A22B (model card: 94 layers, 64 query / 4 kv heads; config.json head_dim 128): G = 16
   CHECK(tq::describe(tq::find_model_shape("qwen3-235b-a22b")) == "q 64 / kv 4 heads, head_dim 128, 94 layers");
+  // G = 12 (config.json): Mistral Large 2 (hidden_size 12288 over 96 heads, 88 layers), GLM-4.5
+  // (head_dim 128 given explicitly: hidden_size 5120 / 96 would be 53), Qwen3-Coder-480B
+  CHECK(tq::describe(tq::find_model_shape("mistral-large-2")) == "q 96 / kv 8 heads, head_dim 128, 88 layers");
+  CHECK(tq::describe(tq::find_model_shape("glm-4.5")) == "q 96 / kv 8 heads, head_dim 128, 92 layers");
+  CHECK(tq::describe(tq::find_model_shape("qwen3-coder-480b-a35b")) == "q 96 / kv 8 heads, head_dim 128, 62 layers");
+  CHECK(tq::cached_tokens_all_layers(tq::find_model_shape("mistral-large-2"), 32768) == 88LL * 32768);
 }

@@ -13,7 +13,7 @@ namespace tq {
 namespace {
 
 // From each model's config.json (num_attention_heads, num_key_value_heads, head_dim — which
-// Gemma 2/3, Mistral-Nemo and Qwen3-32B set explicitly: not hidden_size / heads —,
+// Gemma 2/3, Mistral-Nemo, Qwen3-32B and GLM-4.5 set explicitly: not hidden_size / heads —,
 // num_hidden_layers) or, for Llama 3.1 and Gemma, the vendors' own model code (meta-llama's
 // llama-models sku_list.py; google's gemma_pytorch config.py and google-deepmind's gemma
 // _gemma.py). Sliding windows: Gemma 2 alternates local (4096) and global layers, Gemma 3
@@ -29,6 +29,7 @@ constexpr std::array kShapes = {
     ModelShape{"mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", 32, 8, 128, 32},
     ModelShape{"mistral-nemo-12b", "mistralai/Mistral-Nemo-Instruct-2407", 32, 8, 128, 40},
     ModelShape{"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 8, 128, 32},
+    ModelShape{"mistral-large-2", "mistralai/Mistral-Large-Instruct-2407", 96, 8, 128, 88},  // G = 12
     ModelShape{"qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", 12, 2, 128, 28},
     ModelShape{"qwen2.5-3b", "Qwen/Qwen2.5-3B-Instruct", 16, 2, 128, 36},
     ModelShape{"qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", 28, 4, 128, 28},
@@ -36,6 +37,9 @@ constexpr std::array kShapes = {
     ModelShape{"qwen3-8b", "Qwen/Qwen3-8B", 32, 8, 128, 36},
     ModelShape{"qwen3-32b", "Qwen/Qwen3-32B", 64, 8, 128, 64},
     ModelShape{"qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", 64, 4, 128, 94},  // MoE: attention as a dense model's
+    ModelShape{"qwen3-coder-480b-a35b", "Qwen/Qwen3-Coder-480B-A35B-Instruct", 96, 8, 128, 62},  // MoE, G = 12
+    // MoE, G = 12; head_dim 128 set explicitly (hidden_size 5120 / 96 heads is not 128)
+    ModelShape{"glm-4.5", "zai-org/GLM-4.5", 96, 8, 128, 92},
     ModelShape{"yi-34b", "01-ai/Yi-34B", 56, 8, 128, 60},
     ModelShape{"phi-4", "microsoft/phi-4", 40, 10, 128, 40},
     ModelShape{"phi-3-mini-4k", "microsoft/Phi-3-mini-4k-instruct", 32, 32, 96, 32, 32, 2047},
