@@ -394,8 +394,9 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     CUtensorMap map{};
     const bool tm = plan.tensor_map && encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
     if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
-      if (!sliced_launches(a.group) || a.group > 2 * kQueryCols || planes ||
-          plan.threads != 64 * plan.heads_per_cta * plan.warps_per_head)
+      // (the planner's own test, dual_slices_fit, and its thread count)
+      if (!dual_slices_fit(a.group, plan.heads_per_cta, Q::kCtaWarps, planes) ||
+          plan.threads != 2 * 32 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       const DecodeKernelSel sel{planes, a.group, plan.heads_per_cta, plan.warps_per_head, true, false, 2};
       decode_kernel_launch<C>(sel, a, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);

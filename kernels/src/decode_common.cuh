@@ -301,6 +301,9 @@ constexpr int kQueryCols = 8;
 constexpr int query_passes(int group) { return (group + kQueryCols - 1) / kQueryCols; }
 // Whether G query heads per kv head take sliced launches (more than one pass: the SLICED kernels).
 constexpr bool sliced_launches(int group) { return group > kQueryCols; }
+// Whether G query heads per kv head make exactly two slices (8 < G ≤ 16): those one launch can
+// compute together (the quantized decode's dual_slices_fit, the FP16 decode's f16_tiles).
+constexpr bool two_query_slices(int group) { return group > kQueryCols && group <= 2 * kQueryCols; }
 // Whether a quantized decode of G query heads per kv head can take both slices of 8 < G ≤ 16 in
 // one launch (query_slices 2: two warps per kv head and sub-tile, one per slice, on the same ring
 // stage, so the cache is read once): where the CTA has the warps for it (2 · heads per CTA ≤ its
@@ -311,7 +314,7 @@ constexpr bool sliced_launches(int group) { return group > kQueryCols; }
 // — 8192 tokens per item — 0.724 ms in two launches, 0.756 in one; 8K — 2048 per item — equal;
 // B 8 8K, B 1 32K, B 32 4K 6–19% faster in one; 16 columns, 128 / 8, 32K: 0.796 → 0.756).
 constexpr bool dual_slices_fit(int group, int hpc, int cta_warps, bool planes) {
-  return group > kQueryCols && group <= 2 * kQueryCols && 2 * hpc <= cta_warps && !planes;
+  return two_query_slices(group) && 2 * hpc <= cta_warps && !planes;
 }
 // 8 < G ≤ 12: one launch when the longest sequence's work items (max_seq_len over the
 // two-launch plan's splits) are ≤ 2048 tokens

@@ -231,7 +231,7 @@ int f16_heads_per_cta(int n_kv_heads) {
 // Column tiles of one stage-1 launch of the FP16 decode: 2 for 8 < G ≤ 16 at head_dim ≤ 128 (one
 // launch: the cache read once, as SDPA reads it; the quantized decode's query_slices), else 1
 // (G > 8: launches of ≤ 8 columns; d = 256's two tiles of accumulators would not fit the registers).
-int f16_tiles(int group, int head_dim) { return group > kQueryCols && group <= 2 * kQueryCols && head_dim <= 128 ? 2 : 1; }
+int f16_tiles(int group, int head_dim) { return two_query_slices(group) && head_dim <= 128 ? 2 : 1; }
 
 }  // namespace
 
