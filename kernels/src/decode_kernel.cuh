@@ -280,6 +280,8 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
 struct Softmax32 {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
+  // kSum = false: l is only rescaled; the caller adds the weights it actually uses (hi-only P')
+  template <bool kSum = true>
   __device__ __forceinline__ void update(float (&x)[2][4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -295,13 +297,14 @@ struct Softmax32 {
         x[h][c] = dev::ex2_fast(x[h][c] - mn);
         x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - mn);
       }
-      l[c] = l[c] * alpha[c] + ((x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]));
+      l[c] = kSum ? l[c] * alpha[c] + ((x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2])) : l[c] * alpha[c];
     }
   }
   // The common case once the maxima have settled: no logit of the sub-tile
   // exceeds its column's running maximum anywhere in the warp. Then m stays, α = 1
   // and x becomes p without the cross-lane max (returns false, x untouched,
   // otherwise: the first sub-tile, a new maximum, or a NaN).
+  template <bool kSum = true>
   __device__ __forceinline__ bool try_keep(float (&x)[2][4]) {
     bool keep = true;
 #pragma unroll
@@ -316,7 +319,7 @@ struct Softmax32 {
         x[h][c] = dev::ex2_fast(x[h][c] - m[c]);
         x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - m[c]);
       }
-      l[c] += (x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]);
+      if constexpr (kSum) l[c] += (x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]);
     }
     return true;
   }
@@ -368,6 +371,12 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
                 "plane layout: mse keys, 4-bit values, no pad byte");
   constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps;
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
+  // G > 4 (not packed), one value block (d ≤ 128), no QJL term: P' = fp16(p·scale) alone (no lo
+  // set: half the value MMAs), and the weights summed into Σp, Σp·zero (and Σ P') are the ones
+  // that P' carries, p̃ = fp16(p·scale) / scale, so the output stays a weighted mean of the values
+  // whose weights differ from p by ≤ 2^-11 relative (instead of a numerator off by that much).
+  constexpr bool kHiP = !PK && !Q::kQjl && Q::kTB == 1;
+  constexpr int NV = kHiP ? 1 : NQ;  // P' fragment sets the value MMAs use
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
   // wide: the LUT sits 64 KB below ring_hi (at kLutAddr, or kLutAddr2 when the ring needs the room: RingLayout)
@@ -929,9 +938,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             }
           }
         }
-        fast = sm.try_keep(x);
+        fast = sm.template try_keep<!kHiP>(x);
         if (!fast) {
-          sm.update(x, alpha);
+          sm.template update<!kHiP>(x, alpha);
           rescale_sums();
         }
 #pragma unroll
@@ -941,23 +950,43 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
           const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
-            if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
-          }
-          // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
-          // sign term: P″ = p · norm · κ · rnorm (into pq[tb])
-          auto p_frags = [&](uint32_t (&dst)[2][NQ][2], const float (&pw)[4]) {
-            const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
+          if constexpr (kHiP) {
+            const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
             const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-            dst[h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
-            dst[h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
-            dst[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf01.x, pw[1] - pf01.y));
-            dst[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
-          };
-          p_frags(pb[0], pv);
-          turbo_frags(x[h], f0, v0, v1, p_frags);
+            const float pf[4] = {pf01.x, pf01.y, pf23.x, pf23.y};
+            // p̃ = fp16(P') / scale; a zero scale (a constant value vector) has P' = 0 whatever p is,
+            // and that token keeps p (its value is its zero)
+            const float i0 = dev::rcp_fast(sc0), i1 = dev::rcp_fast(sc1);
+            float pt[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) pt[i] = (i < 2 ? sc0 : sc1) != 0.f ? pf[i] * (i < 2 ? i0 : i1) : x[h][i];
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              zs[c] = fmaf(pt[c], z0, fmaf(pt[c + 2], z1, zs[c]));
+              sm.l[c] += pt[c] + pt[c + 2];
+              if constexpr (C::kValueBits != 4) ps[c] += pf[c] + pf[c + 2];
+            }
+            pb[0][h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
+            pb[0][h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+          } else {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
+              if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
+            }
+            // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
+            // sign term: P″ = p · norm · κ · rnorm (into pq[tb])
+            auto p_frags = [&](uint32_t (&dst)[2][NQ][2], const float (&pw)[4]) {
+              const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
+              const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
+              dst[h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
+              dst[h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+              dst[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf01.x, pw[1] - pf01.y));
+              dst[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
+            };
+            p_frags(pb[0], pv);
+            turbo_frags(x[h], f0, v0, v1, p_frags);
+          }
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' ----
@@ -984,7 +1013,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       auto fold = [&](const uint32_t (&pf)[2][NQ][2], float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
         if constexpr (kAccMma) {
 #pragma unroll
-          for (int n = 0; n < NQ; ++n) {
+          for (int n = 0; n < NV; ++n) {
             dev::mma_16816(ac, a0, pf[0][n][0], pf[0][n][1]);
             dev::mma_16816(ac, a1, pf[1][n][0], pf[1][n][1]);
           }
@@ -992,7 +1021,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         }
         float tt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int n = 0; n < NQ; ++n) {
+        for (int n = 0; n < NV; ++n) {
           dev::mma_16816(tt, a0, pf[0][n][0], pf[0][n][1]);
           dev::mma_16816(tt, a1, pf[1][n][0], pf[1][n][1]);
         }

@@ -38,6 +38,9 @@ struct DecodeCase {
   uint64_t seed = 1;
   bool planes = false;  // quantized cache in CacheLayout::planes
   int plan_max_len = 0;  // > 0: DecodeParams::max_seq_len (else the batch's longest sequence)
+  // > 0: value rows (token-heads) ≡ 0 mod special_v are constant (0.5 … 2), ≡ 1 all zeros: a uniform value
+  // scale that rounds to 0 in fp16 (vLLM presets), a zero value norm (turbo)
+  int special_v = 0;
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 
@@ -56,7 +59,14 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
   const auto& pg = F.pg;
   const size_t rows = size_t(pg.total_tokens) * c.hkv;
   auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
-  const auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  if (c.special_v > 0)
+    for (size_t row = 0; row < rows; ++row) {
+      const size_t k = row % size_t(c.special_v);
+      if (k > 1) continue;
+      const uint16_t v = tq::float_to_half(k == 0 ? float(0.5 + 0.25 * double(row % 7)) : 0.f);
+      std::fill(vh.begin() + std::ptrdiff_t(row * c.d), vh.begin() + std::ptrdiff_t((row + 1) * c.d), v);
+    }
   F.first.resize(size_t(pg.batch));
   for (int b = 0, acc = 0; b < pg.batch; acc += pg.lens[size_t(b)], ++b) F.first[size_t(b)] = acc;
   if (c.key_ramp > 0)
@@ -212,7 +222,8 @@ double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, co
       }
       INFO(c.fmt << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " splits="
                  << R.plan.num_splits << " parts=" << R.plan.parts << " sequence " << b << " (len "
-                 << lens[size_t(b)] << ") q head " << qh);
+                 << lens[size_t(b)] << ") q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "
+                 << std::sqrt(e));
       REQUIRE(finite);
       const double rel = std::sqrt(e / n);
       REQUIRE(rel <= kTol);
@@ -615,6 +626,31 @@ TEST_CASE("decode: sequences longer than the plan's max_seq_len (merge in severa
     }
 }
 
+// A constant value vector stores scale 0 (the vLLM presets: (max − min)/15 floored at 1e-8, which is 0
+// in fp16) and a zero vector a zero norm (turbo): P' = p·scale is 0 for those tokens whatever their
+// weight p, which must still count in Σp (and, for a constant, Σp·zero). One token-head in five of
+// each kind, so a kernel that dropped their weight would be off by ~20%; every query-column layout
+// (G 1 and 4 packed, 8 unpacked with compile-time and run-time heads, 12 in two launches, 16 in one).
+TEST_CASE("decode: constant and zero value vectors (zero value scale / norm)", "[decode]") {
+  struct H {
+    int hq, hkv, splits;
+  };
+  for (const auto& fmt : kDecodeFormats)
+    for (const H h : {H{8, 8, 0}, H{32, 8, 0}, H{64, 8, 0}, H{16, 2, 0}, H{24, 3, 2}, H{96, 8, 1}, H{128, 8, 0}}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.splits = h.splits;
+      c.lens = {5, 40, 700};
+      c.special_v = 5;
+      c.q_sigma = 0.5;
+      c.seed = 41 + uint64_t(h.hq);
+      const double e = run_decode(c);
+      WARN(fmt << " " << h.hq << "/" << h.hkv << " constant / zero values: max rel error " << e);
+    }
+}
+
 TEST_CASE("decode: large logits (peaked softmax)", "[decode]") {
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"), std::string("turbo4"),
                           std::string("f16")}) {
@@ -883,4 +919,5 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   sp.cache = pc;
   REQUIRE_THROWS_WITH(tq::cuda::store_kv(kf, sp), Contains("null"));
 }
+
 
