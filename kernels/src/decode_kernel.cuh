@@ -47,6 +47,11 @@
 //            not a register pair: 4 extra moves per k-step; G > 4 kernels use them
 //            anyway: their register allocation then spills less, run 17.) Integer
 //            sums of squares from 8-byte LUT entries instead: 12–17% slower (spills).
+//            The fragment squared in fp16 (HMUL2) times a B of ones, one m16n8k16 per
+//            k-step and every lane holding its own tokens' sums: 7–9% faster, but fp16(x²)
+//            is off by up to 4.3e-4 per code (a bias shared by the tokens), and the
+//            large-logits case reached 1.24e-3; adding back the residuals x·x − fp16(x²)
+//            (HFMA2, summed in fp16) made it exact and 13–18% slower (run 36b, not kept).
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
 //            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed", PK): hi in
 //            MMA columns 0–3, lo in columns 4–7 of one MMA (G ≤ 8 runs hi and lo as
@@ -57,7 +62,10 @@
 //            bank-conflict free, QCfg::kVRowBytes): A is the code nibble masked in place,
 //            the fp16 subnormal c·2^-24 (row r) or c·2^-20 (row r+8): exact; the
 //            scalings are undone at the write-out. 3-bit codes: A = 1 + c/16.
-//            B = P' = p·scale, hi + lo (packed: hi in columns 0–3, lo in 4–7).
+//            B = P' = p·scale: packed (G ≤ 4) hi in columns 0–3, lo in 4–7; G > 4 fp16(P')
+//            alone (one MMA per m-tile and half instead of two; not turbo4-qjl, nor turbo
+//            at d = 256), with Σp and Σ p·zero taken over the weights that fp16(P') carries,
+//            fp16(P')/scale, so the output stays a weighted mean of the values (run 36).
 //            Σ p·zero on CUDA cores.
 //   softmax: online over the 32 tokens, exp2 domain (ex2.approx.ftz). While no logit
 //            of a sub-tile exceeds its column's running maximum (all but a few sub-tiles
