@@ -379,10 +379,11 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
                 "plane layout: mse keys, 4-bit values, no pad byte");
   constexpr int D = Q::D, SLOT = Q::kSlot, KS = Q::kKSteps;
   constexpr int NQ = PK ? 1 : 2;  // query fragment sets (hi+lo packed, or hi and lo)
-  // G > 4 (not packed), one value block (d ≤ 128), no QJL term: P' = fp16(p·scale) alone (no lo
-  // set: half the value MMAs), and the weights summed into Σp, Σp·zero (and Σ P') are the ones
-  // that P' carries, p̃ = fp16(p·scale) / scale, so the output stays a weighted mean of the values
-  // whose weights differ from p by ≤ 2^-11 relative (instead of a numerator off by that much).
+  // G > 4 (not packed), one value block (all but turbo at d = 256), no QJL term: P' = fp16(p·scale)
+  // alone (no lo set: half the value MMAs), and the weights summed into Σp, Σp·zero (and Σ P') are
+  // the ones that P' carries, p̃ = fp16(p·scale) / scale, so the output stays a weighted mean of the
+  // values, each weight off by at most half an fp16 ulp of p·scale (2^-11 relative where p·scale is
+  // a normal fp16), instead of a numerator off by that much against an exact Σp.
   constexpr bool kHiP = !PK && !Q::kQjl && Q::kTB == 1;
   constexpr int NV = kHiP ? 1 : NQ;  // P' fragment sets the value MMAs use
   extern __shared__ __align__(128) uint8_t smem[];
