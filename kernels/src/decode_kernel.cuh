@@ -959,10 +959,18 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
           const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
           const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
-          if constexpr (kHiP) {
-            const __half2 ph01 = __floats2half2_rn(pv[0], pv[1]), ph23 = __floats2half2_rn(pv[2], pv[3]);
+          // fp16(P') (ph: tokens r, r + 8's two columns) and those values as floats (pf)
+          auto to_half = [](const float (&pw)[4], uint32_t (&ph)[2], float (&pf)[4]) {
+            const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
             const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-            const float pf[4] = {pf01.x, pf01.y, pf23.x, pf23.y};
+            ph[0] = *reinterpret_cast<const uint32_t*>(&ph01);
+            ph[1] = *reinterpret_cast<const uint32_t*>(&ph23);
+            pf[0] = pf01.x, pf[1] = pf01.y, pf[2] = pf23.x, pf[3] = pf23.y;
+          };
+          if constexpr (kHiP) {
+            uint32_t ph[2];
+            float pf[4];
+            to_half(pv, ph, pf);
             // p̃ = fp16(P') / scale; a zero scale (a constant value vector) has P' = 0 whatever p is,
             // and that token keeps p (its value is its zero)
             const float i0 = dev::rcp_fast(sc0), i1 = dev::rcp_fast(sc1);
@@ -975,8 +983,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               sm.l[c] += pt[c] + pt[c + 2];
               if constexpr (C::kValueBits != 4) ps[c] += pf[c] + pf[c + 2];
             }
-            pb[0][h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
-            pb[0][h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
+            pb[0][h][0][0] = dev::movmatrix_trans(ph[0]);
+            pb[0][h][0][1] = dev::movmatrix_trans(ph[1]);
           } else {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
@@ -984,14 +992,15 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
             }
             // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
-            // sign term: P″ = p · norm · κ · rnorm (into pq[tb])
+            // sign term: P″ = p · norm · κ · rnorm (into pq[tb]); hi and lo sets
             auto p_frags = [&](uint32_t (&dst)[2][NQ][2], const float (&pw)[4]) {
-              const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
-              const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-              dst[h][0][0] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph01));
-              dst[h][0][1] = dev::movmatrix_trans(*reinterpret_cast<const uint32_t*>(&ph23));
-              dst[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf01.x, pw[1] - pf01.y));
-              dst[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf23.x, pw[3] - pf23.y));
+              uint32_t ph[2];
+              float pf[4];
+              to_half(pw, ph, pf);
+              dst[h][0][0] = dev::movmatrix_trans(ph[0]);
+              dst[h][0][1] = dev::movmatrix_trans(ph[1]);
+              dst[h][NQ - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf[0], pw[1] - pf[1]));
+              dst[h][NQ - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf[2], pw[3] - pf[3]));
             };
             p_frags(pb[0], pv);
             turbo_frags(x[h], f0, v0, v1, p_frags);

@@ -920,4 +920,3 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   REQUIRE_THROWS_WITH(tq::cuda::store_kv(kf, sp), Contains("null"));
 }
 
-
