@@ -120,6 +120,10 @@ struct QCfg {
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
   static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
+  // 4-bit mse keys: the second 128 bytes of each 256-byte LUT row (unused by the key entries) hold
+  // the lane copies of {hi, lo} = the pair's x_a² + x_b² (x = the fp16 key entries) split into two
+  // fp16, so one m16n8k16 with B = ones sums a row's squares exactly (the nc norm's Σc²)
+  static constexpr bool kSqLut = kWide && kMse && C::kKeyBits == 4;
   static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
   static constexpr int kLutRow = kWide ? 256 : 128;
   static constexpr int kLutBytes = kLutEntries * kLutRow;

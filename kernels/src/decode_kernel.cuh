@@ -226,6 +226,22 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
   }
 }
 
+// QCfg::kSqLut (4-bit mse keys, wide LUT): key_frag's two entries and, 128 bytes on in the same
+// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset).
+template <class C, bool P>
+__device__ __forceinline__ void key_frag_sq(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& lo,
+                                            uint32_t& hi, uint32_t& sq_lo, uint32_t& sq_hi) {
+  static_assert(QCfg<C>::kSqLut, "4-bit mse keys, wide LUT");
+  constexpr bool kOneWord = P;
+  const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
+  const uint32_t a_lo = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel);
+  const uint32_t a_hi = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u);
+  lo = dev::lds_u32(a_lo);
+  hi = dev::lds_u32(a_hi);
+  sq_lo = dev::lds_u32(a_lo + 0x80u);
+  sq_hi = dev::lds_u32(a_hi + 0x80u);
+}
+
 // turbo4-qjl: the ±1 halves of 4 dims from their sign bits s … s+3 of w (bit set = +1):
 // lo = dims 0, 1, hi = dims 2, 3. LUT (QCfg::kSignLut): from the lane's copy of a 16-entry
 // shared LUT (8-byte entries, 32 lane copies per 256-byte row: conflict-free), one LDS.64;
@@ -539,7 +555,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     static_assert(Q::kLutCopies == 32, "LUT rows: 32 lane copies, written 4 at a time");
     // row i / kChunks, lane copies 4·(chunk % 8) … +3 (split LUT: chunks 8… are the
     // row's second half), written by warps 1… (warp 0 issues the first stages meanwhile)
-    constexpr int kChunks = Q::kSplitLut ? 16 : 8;
+    constexpr int kChunks = Q::kSplitLut || Q::kSqLut ? 16 : 8;
     const int first = nwarps > 1 ? 32 : 0;
     for (int i = tid - first; i >= 0 && i < Q::kLutEntries * kChunks; i += nthreads - first) {
       const int row = i / kChunks, chunk = i % kChunks;
@@ -548,7 +564,13 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       constexpr bool kT3 = Q::kTurbo && !Q::kQjl && KB == 3;
       const int lo = kT3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
       const int hi = kT3 ? (e >> 2 & 3) | (e >> 3 & 4) : e >> KB;
-      const uint32_t v = dev::pack_half2(s_cen[lo], s_cen[hi]);
+      uint32_t v = dev::pack_half2(s_cen[lo], s_cen[hi]);
+      if (Q::kSqLut && chunk >= 8) {  // the entry's squares: x_a² + x_b² exact in fp32, as fp16 hi + lo
+        const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&v));
+        const float sq = fmaf(x.x, x.x, x.y * x.y);
+        const float sq_hi = __half2float(__float2half_rn(sq));
+        v = dev::pack_half2(sq_hi, sq - sq_hi);
+      }
       *reinterpret_cast<uint4*>(lut + row * (Q::kLutRow / 4) + 4 * chunk) = make_uint4(v, v, v, v);
     }
   }
@@ -744,8 +766,14 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             uint32_t af[4];
-            key_frag<C, P>(kw[h][0], h2, lut_lane, af[0], af[2]);
-            key_frag<C, P>(kw[h][1], h2, lut_lane, af[1], af[3]);
+            [[maybe_unused]] uint32_t sqf[4];
+            if constexpr (Q::kSqLut) {
+              key_frag_sq<C, P>(kw[h][0], h2, lut_lane, af[0], af[2], sqf[0], sqf[2]);
+              key_frag_sq<C, P>(kw[h][1], h2, lut_lane, af[1], af[3], sqf[1], sqf[3]);
+            } else {
+              key_frag<C, P>(kw[h][0], h2, lut_lane, af[0], af[2]);
+              key_frag<C, P>(kw[h][1], h2, lut_lane, af[1], af[3]);
+            }
             dev::mma_16816(sa[tb][h][0], af, qf[0][ks][0], qf[0][ks][1]);
             if constexpr (!PK) dev::mma_16816(sa[tb][h][NQ - 1], af, qf[NQ - 1][ks][0], qf[NQ - 1][ks][1]);
             if constexpr (Q::kQjl) {  // the sign nibble of k-step h2 (w[1]: the 8 dims' sign byte)
@@ -755,7 +783,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               dev::mma_16816(sq[tb][h][0], zf, q2f[0][ks][0], q2f[0][ks][1]);
               if constexpr (!PK) dev::mma_16816(sq[tb][h][NQ - 1], zf, q2f[NQ - 1][ks][0], q2f[NQ - 1][ks][1]);
             }
-            if constexpr (Q::kMse && PK) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
+            if constexpr (Q::kSqLut) {  // each row's Σ x² in every column: every lane holds its own tokens'
+              dev::mma_16816(qa[h], sqf, 0x3c003c00u, 0x3c003c00u);
+            } else if constexpr (Q::kMse && PK) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
               dev::mma_1688(qa[h], af[0], af[1], af[0]);  // columns: tokens 0–7
               dev::mma_1688(qb[h], af[0], af[1], af[1]);  // columns: tokens 8–15
               dev::mma_1688(qa[h], af[2], af[3], af[2]);
@@ -820,7 +850,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             frb *= ld_f16(n0 + C::kTurboBlockBytes);
             frb8 *= ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
           }
-          if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
+          if (Q::kSqLut && t.nc) {  // tokens r, r + 8 of this lane's half: its own sums
+            fr *= dev::rsqrt_fast((hi_lane ? qa[0][0] : qa[1][0]) + nc_eps);
+            fr8 *= dev::rsqrt_fast((hi_lane ? qa[0][2] : qa[1][2]) + nc_eps);
+          } else if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
             const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
             const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], diag_src);
             const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], diag_src);
@@ -922,7 +955,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][NQ - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
               fr = fr8 = 1.f;
             }
-            if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+            if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
+              fr *= dev::rsqrt_fast(qa[h][0] + nc_eps);
+              fr8 *= dev::rsqrt_fast(qa[h][2] + nc_eps);
+            } else if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
               const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
               const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
               fr *= dev::rsqrt_fast(sq0 + nc_eps);

@@ -41,6 +41,10 @@ struct DecodeCase {
   // > 0: value rows (token-heads) ≡ 0 mod special_v are constant (0.5 … 2), ≡ 1 all zeros: a uniform value
   // scale that rounds to 0 in fp16 (vLLM presets), a zero value norm (turbo)
   int special_v = 0;
+  // > 0: key rows ≡ 0 mod spike_k are one-hot (3 at dim row % d): after the rotation every coordinate
+  // has the same magnitude, so a token's codes all fall in one or two magnitude classes (the case
+  // where a per-code rounding of squares would add up instead of averaging out)
+  int spike_k = 0;
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 
@@ -60,6 +64,11 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
   const size_t rows = size_t(pg.total_tokens) * c.hkv;
   auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
   auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  if (c.spike_k > 0)
+    for (size_t row = 0; row < rows; row += size_t(c.spike_k)) {
+      std::fill(kh.begin() + std::ptrdiff_t(row * c.d), kh.begin() + std::ptrdiff_t((row + 1) * c.d), uint16_t(0));
+      kh[row * c.d + row % size_t(c.d)] = tq::float_to_half(3.f);
+    }
   if (c.special_v > 0)
     for (size_t row = 0; row < rows; ++row) {
       const size_t k = row % size_t(c.special_v);
@@ -648,6 +657,25 @@ TEST_CASE("decode: constant and zero value vectors (zero value scale / norm)", "
       c.seed = 41 + uint64_t(h.hq);
       const double e = run_decode(c);
       WARN(fmt << " " << h.hq << "/" << h.hkv << " constant / zero values: max rel error " << e);
+    }
+}
+
+// Keys that are one-hot before the rotation (half the token-heads) with peaked logits: every
+// coordinate of such a key lands in the same magnitude class, so any per-code error in the nc
+// norm's Σc² is multiplied by the dimension instead of averaging out (exp/sq-lut, kernels.md 36b).
+TEST_CASE("decode: flat keys (one-hot before the rotation) at large logits", "[decode]") {
+  for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
+                          std::string("turboquant_3bit_nc"), std::string("f16")})
+    for (int hq : {32, 64}) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.hq = hq;
+      c.lens = {100, 3000};
+      c.q_sigma = 8.0;
+      c.spike_k = 2;
+      c.seed = 51 + uint64_t(hq);
+      const double e = run_decode(c);
+      WARN(fmt << " G=" << hq / 8 << " flat keys, large logits: max rel error " << e);
     }
 }
 
