@@ -107,10 +107,10 @@ struct QCfg {
   static constexpr int kLutCopies = 32;          // one per lane: conflict-free
   // d ≤ 128 ("wide LUT"): one 16-warp CTA per SM shares a LUT of 256-byte rows in
   // dynamic shared memory, so an entry address is (code byte << 8) | 4·lane: one PRMT.
-  // Half of each row is unused (64 KB for 4-bit keys), except with 3-bit mse keys
-  // ("split LUT"): row e's first half holds pair code e & 63 (a pair at bits 0–5 of a
-  // byte), its second half pair code e >> 2 (bits 2–7), so every pair of a lane's 24
-  // code bits is one PRMT from the word or from the word shifted by 4 (key_frag).
+  // The key entries fill the first half of each row; mse keys keep their squares in the
+  // second (kSqLut). 3-bit mse keys: row e holds pair code e & 63 (a pair at bits 0–5 of
+  // a byte, the top two bits ignored), so each pair of a lane's 24 code bits is one PRMT
+  // from the word shifted by 0, 6, 4 or 2 bits (key_frag_sq).
   // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
@@ -119,12 +119,11 @@ struct QCfg {
   // dims before) and 15% slower at d = 64 (kernels.md run 26e)
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
-  static constexpr bool kSplitLut = kWide && kMse && C::kKeyBits == 3;
-  // 4-bit mse keys: the second 128 bytes of each 256-byte LUT row (unused by the key entries) hold
+  // mse keys: the second 128 bytes of each 256-byte LUT row (unused by the key entries) hold
   // the lane copies of {hi, lo} = the pair's x_a² + x_b² (x = the fp16 key entries) split into two
   // fp16, so one m16n8k16 with B = ones sums a row's squares exactly (the nc norm's Σc²)
-  static constexpr bool kSqLut = kWide && kMse && C::kKeyBits == 4;
-  static constexpr int kLutEntries = !kLut ? 0 : kSplitLut ? 256 : 1 << (2 * C::kKeyBits);
+  static constexpr bool kSqLut = kWide && kMse;
+  static constexpr int kLutEntries = !kLut ? 0 : kSqLut ? 256 : 1 << (2 * C::kKeyBits);
   static constexpr int kLutRow = kWide ? 256 : 128;
   static constexpr int kLutBytes = kLutEntries * kLutRow;
   static constexpr int kCtaWarps = kWide ? 16 : 8;

@@ -36,22 +36,24 @@
 //            conflict-free 4-byte load from the lane's own copy. d ≤ 128: one 16-warp
 //            CTA per SM shares a LUT of 256-byte rows at shared address 64K, so the
 //            entry address is a single PRMT of the code byte with 64K | 4·lane (3-bit
-//            keys: from the word or the word >> 4, rows keyed by a byte's low or high
-//            6 bits: QCfg::kSplitLut); d = 256: 128-byte rows, PRMT + LEA. α
+//            keys: from the word shifted by 0, 6, 4 or 2 bits, rows keyed by a byte's
+//            low 6 bits); d = 256: 128-byte rows, PRMT + LEA. α
 //            (KernelFormat::lut_scale) makes α·c nearly exact in fp16 (7.4e-5).
 //            The query fragments use the same dim order (built once).
-//   nc norm: Σ(α·c)² of each token on the tensor cores: per k-step four m16n8k8
-//            MMAs whose B operand is the tile's own key registers (tokens 0–7 /
-//            8–15 as columns); the diagonal is each token's sum of squares of the
-//            same fp16 centroids the scores use. (Two m16n8k16 need B = {a0, a2},
-//            not a register pair: 4 extra moves per k-step; G > 4 kernels use them
-//            anyway: their register allocation then spills less, run 17.) Integer
-//            sums of squares from 8-byte LUT entries instead: 12–17% slower (spills).
-//            The fragment squared in fp16 (HMUL2) times a B of ones, one m16n8k16 per
-//            k-step and every lane holding its own tokens' sums: 7–9% faster, but fp16(x²)
-//            is off by up to 4.3e-4 per code (a bias shared by the tokens), and the
-//            large-logits case reached 1.24e-3; adding back the residuals x·x − fp16(x²)
-//            (HFMA2, summed in fp16) made it exact and 13–18% slower (run 36b, not kept).
+//   nc norm: Σ(α·c)² of each token, the same fp16 centroids the scores use. d ≤ 128 (wide
+//            LUT, QCfg::kSqLut): the second half of each LUT row holds the lane copies of
+//            its entry's x_a² + x_b² as fp16 hi + lo (exact to ~1e-6), read 128 bytes after
+//            the key entry (an LDS with an immediate offset); one m16n8k16 with B = ones per
+//            k-step and half sums them, and every lane holds its own tokens' sums (run 37:
+//            4-bit keys −3.3% at the issue's shape; 3-bit keys −1.2% there and 5.6–7.1% at
+//            G > 4, where the Gram's operand moves made ptxas spill). d = 256: the Gram, per
+//            k-step four m16n8k8 MMAs whose B operand is the tile's own key registers
+//            (tokens 0–7 / 8–15 as columns), the diagonal being each token's sum of squares
+//            (G > 4: two m16n8k16, B = {a0, a2}, {a1, a3}). Not kept: integer sums of squares
+//            from 8-byte LUT entries (12–17% slower, spills); the fragment squared in fp16
+//            (HMUL2) times a B of ones, 7–9% faster but off by up to 4.3e-4 per code, the
+//            large-logits case at 1.24e-3; with the residuals x·x − fp16(x²) added back,
+//            exact and 13–18% slower (run 36b).
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
 //            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed", PK): hi in
 //            MMA columns 0–3, lo in columns 4–7 of one MMA (G ≤ 8 runs hi and lo as
@@ -180,7 +182,7 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
     if constexpr (QCfg<C>::kWide) {  // the 24 bits shifted left by 8: [0, b0, b1, b2] (one PRMT)
       w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), odd ? 0x5412u : 0x4102u);
-      w[1] = w[0] >> 4;  // pairs 1 and 2 on byte boundaries (split LUT)
+      w[1] = w[0] >> 4;  // pair 2 at bits 16–21 (key_frag_sq)
     } else {
       w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
     }
@@ -207,35 +209,37 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
     lo = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel));
     hi = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u));
-  } else if constexpr (QCfg<C>::kWide) {
-    // split LUT: pair j at bits 8 + 6j … of w[0]: pair 0 = low 6 bits of byte 1 of w[0]
-    // (first row half), pair 1 = high 6 of byte 1 of w[1] = w[0] >> 4 (second half),
-    // pair 2 = low 6 of byte 2 of w[1], pair 3 = high 6 of byte 3 of w[0]
-    const uint32_t lut_hi = lut_lane | 0x80u;
-    lo = dev::lds_u32(__byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u));
-    hi = dev::lds_u32(__byte_perm(w[1 - h2], lut_hi, h2 ? 0x7634u : 0x7614u));
   } else if constexpr (C::kKeyBits == 4 || (QCfg<C>::kTurbo && !QCfg<C>::kQjl)) {
     // planes and turbo3/turbo2 (d = 256): both k-steps in one word
     constexpr bool kOneWord = P || C::kKeyBits <= 3;
     const uint32_t sel = kOneWord ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;
     lo = dev::lds_u32(lut_lane + (__byte_perm(w[kOneWord ? 0 : h2], 0u, sel) << 7));
     hi = dev::lds_u32(lut_lane + (__byte_perm(w[kOneWord ? 0 : h2], 0u, sel + 1u) << 7));
-  } else {
+  } else {  // 3-bit mse keys at d = 256 (the wide LUT's take key_frag_sq)
+    static_assert(!QCfg<C>::kWide, "wide-LUT mse keys: key_frag_sq");
     lo = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2)) & 63u) << 7));
     hi = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2 + 6)) & 63u) << 7));
   }
 }
 
-// QCfg::kSqLut (4-bit mse keys, wide LUT): key_frag's two entries and, 128 bytes on in the same
-// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset).
+// QCfg::kSqLut (mse keys, wide LUT): key_frag's two entries and, 128 bytes on in the same
+// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset). 3-bit keys (w[0]: the 24
+// code bits at bits 8–31, w[1] = w[0] >> 4): pair j at bit 8 + 6j is the low 6 bits of byte 1 of
+// w[0] (j = 0), of w[0] >> 6 (j = 1), byte 2 of w[1] (j = 2), byte 3 of w[0] >> 2 (j = 3).
 template <class C, bool P>
 __device__ __forceinline__ void key_frag_sq(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& lo,
                                             uint32_t& hi, uint32_t& sq_lo, uint32_t& sq_hi) {
-  static_assert(QCfg<C>::kSqLut, "4-bit mse keys, wide LUT");
-  constexpr bool kOneWord = P;
-  const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
-  const uint32_t a_lo = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel);
-  const uint32_t a_hi = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u);
+  static_assert(QCfg<C>::kSqLut, "mse keys, wide LUT");
+  uint32_t a_lo, a_hi;
+  if constexpr (C::kKeyBits == 3) {
+    a_lo = __byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u);
+    a_hi = __byte_perm(w[0] >> (h2 ? 2 : 6), lut_lane, h2 ? 0x7634u : 0x7614u);
+  } else {
+    constexpr bool kOneWord = P;
+    const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
+    a_lo = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel);
+    a_hi = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u);
+  }
   lo = dev::lds_u32(a_lo);
   hi = dev::lds_u32(a_hi);
   sq_lo = dev::lds_u32(a_lo + 0x80u);
@@ -553,13 +557,13 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   if constexpr (Q::kLut) {
     constexpr int KB = C::kKeyBits;
     static_assert(Q::kLutCopies == 32, "LUT rows: 32 lane copies, written 4 at a time");
-    // row i / kChunks, lane copies 4·(chunk % 8) … +3 (split LUT: chunks 8… are the
-    // row's second half), written by warps 1… (warp 0 issues the first stages meanwhile)
-    constexpr int kChunks = Q::kSplitLut || Q::kSqLut ? 16 : 8;
+    // row i / kChunks, lane copies 4·(chunk % 8) … +3 (kSqLut: chunks 8… are the row's
+    // second half, the squares), written by warps 1… (warp 0 issues the first stages meanwhile)
+    constexpr int kChunks = Q::kSqLut ? 16 : 8;
     const int first = nwarps > 1 ? 32 : 0;
     for (int i = tid - first; i >= 0 && i < Q::kLutEntries * kChunks; i += nthreads - first) {
       const int row = i / kChunks, chunk = i % kChunks;
-      const int e = Q::kSplitLut ? (chunk < 8 ? row & 63 : row >> 2) : row;
+      const int e = Q::kMse && KB == 3 ? row & 63 : row;  // wide 3-bit: the byte's low 6 bits
       // pair code → its two dims' centroids (turbo3: see turbo_pairs)
       constexpr bool kT3 = Q::kTurbo && !Q::kQjl && KB == 3;
       const int lo = kT3 ? (e & 3) | (e >> 2 & 4) : e & ((1 << KB) - 1);
@@ -785,7 +789,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             }
             if constexpr (Q::kSqLut) {  // each row's Σ x² in every column: every lane holds its own tokens'
               dev::mma_16816(qa[h], sqf, 0x3c003c00u, 0x3c003c00u);
-            } else if constexpr (Q::kMse && PK) {  // m16n8k8: the operand pairs are consecutive registers (no moves)
+            } else if constexpr (Q::kMse && PK) {  // d = 256, m16n8k8: the operand pairs are consecutive registers
               dev::mma_1688(qa[h], af[0], af[1], af[0]);  // columns: tokens 0–7
               dev::mma_1688(qb[h], af[0], af[1], af[1]);  // columns: tokens 8–15
               dev::mma_1688(qa[h], af[2], af[3], af[2]);
