@@ -45,7 +45,7 @@
 //            its entry's x_a² + x_b² as fp16 hi + lo (exact to ~1e-6), read 128 bytes after
 //            the key entry (an LDS with an immediate offset); one m16n8k16 with B = ones per
 //            k-step and half sums them, and every lane holds its own tokens' sums (run 37:
-//            4-bit keys −3.3% at the issue's shape; 3-bit keys −1.2% there and 5.6–7.1% at
+//            4-bit keys −3.3% at the issue's shape; 3-bit keys −1.1% there and −5.3 … −7.1% at
 //            G > 4, where the Gram's operand moves made ptxas spill). d = 256: the Gram, per
 //            k-step four m16n8k8 MMAs whose B operand is the tile's own key registers
 //            (tokens 0–7 / 8–15 as columns), the diagonal being each token's sum of squares
