@@ -193,6 +193,27 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
 // slots 2p+8, 2p+9 (dims 32ps + 8p + 4h2 + {0,1} and + {2,3}). mse: one 4-byte
 // LUT load per pair code (the lane's own copy: conflict-free) straight into the
 // MMA operand; 4-bit: the entry address is one PRMT (byte → zero-extended) and one LEA.
+// The wide LUT's entry addresses of those two halves (lut_lane = the LUT's 64 KB-aligned base |
+// 4·lane): PRMT puts a code byte in byte 1. 4-bit codes, planes and turbo3/turbo2 (pair codes in
+// bytes; both k-steps in one word of planes and turbo): the byte itself. 3-bit mse codes (w[0]: the
+// 24 code bits at bits 8–31, w[1] = w[0] >> 4; rows keyed by a byte's low 6 bits): pair j at bit
+// 8 + 6j is the low 6 bits of byte 1 of w[0] (j = 0), of w[0] >> 6 (j = 1), byte 2 of w[1] (j = 2),
+// byte 3 of w[0] >> 2 (j = 3).
+template <class C, bool P>
+__device__ __forceinline__ void wide_lut_addrs(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& a_lo,
+                                               uint32_t& a_hi) {
+  static_assert(QCfg<C>::kWide, "the wide LUT");
+  if constexpr (QCfg<C>::kMse && C::kKeyBits == 3) {
+    a_lo = __byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u);
+    a_hi = __byte_perm(w[0] >> (h2 ? 2 : 6), lut_lane, h2 ? 0x7634u : 0x7614u);
+  } else {
+    constexpr bool kOneWord = P || C::kKeyBits <= 3;
+    const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
+    a_lo = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel);
+    a_hi = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u);
+  }
+}
+
 template <class C, bool P>
 __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& lo,
                                          uint32_t& hi) {
@@ -202,44 +223,31 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
     const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(word >> 16), __NV_E4M3);
     lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
     hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
-  } else if constexpr (QCfg<C>::kWide && (C::kKeyBits == 4 || QCfg<C>::kTurbo)) {
-    // lut_lane = 4·lane: PRMT puts the code byte in byte 1 and 4·lane in byte 0
-    // planes and turbo3/turbo2 (pair codes in bytes): both k-steps in one word
-    constexpr bool kOneWord = P || C::kKeyBits <= 3;
-    const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
-    lo = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel));
-    hi = dev::lds_u32(__byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u));
+  } else if constexpr (QCfg<C>::kWide) {
+    uint32_t a_lo, a_hi;
+    wide_lut_addrs<C, P>(w, h2, lut_lane, a_lo, a_hi);
+    lo = dev::lds_u32(a_lo);
+    hi = dev::lds_u32(a_hi);
   } else if constexpr (C::kKeyBits == 4 || (QCfg<C>::kTurbo && !QCfg<C>::kQjl)) {
     // planes and turbo3/turbo2 (d = 256): both k-steps in one word
     constexpr bool kOneWord = P || C::kKeyBits <= 3;
     const uint32_t sel = kOneWord ? 0x4440u + 2u * uint32_t(h2) : 0x4440u;
     lo = dev::lds_u32(lut_lane + (__byte_perm(w[kOneWord ? 0 : h2], 0u, sel) << 7));
     hi = dev::lds_u32(lut_lane + (__byte_perm(w[kOneWord ? 0 : h2], 0u, sel + 1u) << 7));
-  } else {  // 3-bit mse keys at d = 256 (the wide LUT's take key_frag_sq)
-    static_assert(!QCfg<C>::kWide, "wide-LUT mse keys: key_frag_sq");
+  } else {  // 3-bit mse keys at d = 256
     lo = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2)) & 63u) << 7));
     hi = dev::lds_u32(lut_lane + (((w[0] >> (12 * h2 + 6)) & 63u) << 7));
   }
 }
 
 // QCfg::kSqLut (mse keys, wide LUT): key_frag's two entries and, 128 bytes on in the same
-// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset). 3-bit keys (w[0]: the 24
-// code bits at bits 8–31, w[1] = w[0] >> 4): pair j at bit 8 + 6j is the low 6 bits of byte 1 of
-// w[0] (j = 0), of w[0] >> 6 (j = 1), byte 2 of w[1] (j = 2), byte 3 of w[0] >> 2 (j = 3).
+// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset).
 template <class C, bool P>
 __device__ __forceinline__ void key_frag_sq(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& lo,
                                             uint32_t& hi, uint32_t& sq_lo, uint32_t& sq_hi) {
   static_assert(QCfg<C>::kSqLut, "mse keys, wide LUT");
   uint32_t a_lo, a_hi;
-  if constexpr (C::kKeyBits == 3) {
-    a_lo = __byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u);
-    a_hi = __byte_perm(w[0] >> (h2 ? 2 : 6), lut_lane, h2 ? 0x7634u : 0x7614u);
-  } else {
-    constexpr bool kOneWord = P;
-    const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
-    a_lo = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel);
-    a_hi = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u);
-  }
+  wide_lut_addrs<C, P>(w, h2, lut_lane, a_lo, a_hi);
   lo = dev::lds_u32(a_lo);
   hi = dev::lds_u32(a_hi);
   sq_lo = dev::lds_u32(a_lo + 0x80u);
@@ -1007,30 +1015,31 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             ph[1] = *reinterpret_cast<const uint32_t*>(&ph23);
             pf[0] = pf01.x, pf[1] = pf01.y, pf[2] = pf23.x, pf[3] = pf23.y;
           };
+          // wt: the weights summed into Σp·zero (and, kHiP, Σp); wp: the P' summed into Σ P' (3-bit
+          // values), those the value MMAs take
+          float wt[4], wp[4];
+          [[maybe_unused]] uint32_t wh[2];
           if constexpr (kHiP) {
-            uint32_t ph[2];
-            float pf[4];
-            to_half(pv, ph, pf);
+            to_half(pv, wh, wp);
             // p̃ = fp16(P') / scale; a zero scale (a constant value vector) has P' = 0 whatever p is,
             // and that token keeps p (its value is its zero)
             const float i0 = dev::rcp_fast(sc0), i1 = dev::rcp_fast(sc1);
-            float pt[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) pt[i] = (i < 2 ? sc0 : sc1) != 0.f ? pf[i] * (i < 2 ? i0 : i1) : x[h][i];
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              zs[c] = fmaf(pt[c], z0, fmaf(pt[c + 2], z1, zs[c]));
-              sm.l[c] += pt[c] + pt[c + 2];
-              if constexpr (C::kValueBits != 4) ps[c] += pf[c] + pf[c + 2];
-            }
-            pb[0][h][0][0] = dev::movmatrix_trans(ph[0]);
-            pb[0][h][0][1] = dev::movmatrix_trans(ph[1]);
+            for (int i = 0; i < 4; ++i) wt[i] = (i < 2 ? sc0 : sc1) != 0.f ? wp[i] * (i < 2 ? i0 : i1) : x[h][i];
           } else {
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              zs[c] = fmaf(x[h][c], z0, fmaf(x[h][c + 2], z1, zs[c]));
-              if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
-            }
+            for (int i = 0; i < 4; ++i) wt[i] = x[h][i], wp[i] = pv[i];
+          }
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            zs[c] = fmaf(wt[c], z0, fmaf(wt[c + 2], z1, zs[c]));
+            if constexpr (kHiP) sm.l[c] += wt[c] + wt[c + 2];
+            if constexpr (C::kValueBits != 4) ps[c] += wp[c] + wp[c + 2];
+          }
+          if constexpr (kHiP) {
+            pb[0][h][0][0] = dev::movmatrix_trans(wh[0]);
+            pb[0][h][0][1] = dev::movmatrix_trans(wh[1]);
+          } else {
             // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
             // sign term: P″ = p · norm · κ · rnorm (into pq[tb]); hi and lo sets
             auto p_frags = [&](uint32_t (&dst)[2][NQ][2], const float (&pw)[4]) {

@@ -64,17 +64,18 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
   const size_t rows = size_t(pg.total_tokens) * c.hkv;
   auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
   auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  auto fill_row = [&](std::vector<uint16_t>& m, size_t row, float v) {
+    std::fill(m.begin() + std::ptrdiff_t(row * c.d), m.begin() + std::ptrdiff_t((row + 1) * c.d), tq::float_to_half(v));
+  };
   if (c.spike_k > 0)
     for (size_t row = 0; row < rows; row += size_t(c.spike_k)) {
-      std::fill(kh.begin() + std::ptrdiff_t(row * c.d), kh.begin() + std::ptrdiff_t((row + 1) * c.d), uint16_t(0));
+      fill_row(kh, row, 0.f);
       kh[row * c.d + row % size_t(c.d)] = tq::float_to_half(3.f);
     }
   if (c.special_v > 0)
-    for (size_t row = 0; row < rows; ++row) {
-      const size_t k = row % size_t(c.special_v);
-      if (k > 1) continue;
-      const uint16_t v = tq::float_to_half(k == 0 ? float(0.5 + 0.25 * double(row % 7)) : 0.f);
-      std::fill(vh.begin() + std::ptrdiff_t(row * c.d), vh.begin() + std::ptrdiff_t((row + 1) * c.d), v);
+    for (size_t row = 0; row < rows; row += size_t(c.special_v)) {
+      fill_row(vh, row, float(0.5 + 0.25 * double(row % 7)));
+      if (c.special_v > 1 && row + 1 < rows) fill_row(vh, row + 1, 0.f);
     }
   F.first.resize(size_t(pg.batch));
   for (int b = 0, acc = 0; b < pg.batch; acc += pg.lens[size_t(b)], ++b) F.first[size_t(b)] = acc;
