@@ -6,6 +6,7 @@
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
+#        PROFILE_FORMATS (profile: formats whose decode Nsight Compute profiles; turboquant_4bit_nc),
 #        REAL_KV (realkv: tq-dump files for tq-bench --check-dump; default out/kv/*.h5, else
 #        tests/data/kv/*.h5), REAL_KV_POSITIONS (256),
 #        MODELS (models: tq-bench --model names; default every listed model whose head_dim the
@@ -140,15 +141,31 @@ if has realkv; then
 fi
 
 if has profile; then
-  # One launch of each decode kernel under Nsight Compute (clocks left alone).
-  for k in decode_kernel decode_f16_kernel; do
-    timeout 200 ncu --clock-control none -k regex:"$k" --launch-skip 3 --launch-count 1 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-      --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
-      "$BUILD/tq-bench" --format turboquant_4bit_nc $SHAPE --ctx 32768 --reps 20 --warmup 1 >> "$OUT/ncu.log" 2>&1 ||
-      { status=1; echo "ncu $k failed"; tail -5 "$OUT/ncu.log"; }
+  # One launch of each decode kernel under Nsight Compute (clocks left alone), for each of
+  # PROFILE_FORMATS (default turboquant_4bit_nc; the FP16 kernel from the first format's run), with the
+  # per-instruction stall samples summarised by experiments/ncu_summary.py (per 32-token sub-tile
+  # and head: B 32 · 32K · 8 kv heads / 32 = 262144 units). Reports go to /tmp (~20 MB each).
+  first=1
+  for f in ${PROFILE_FORMATS:-turboquant_4bit_nc}; do
+    kernels="decode_kernel"
+    [ $first = 1 ] && kernels="decode_kernel decode_f16_kernel"
+    first=0
+    for k in $kernels; do
+      rep=/tmp/ncu_${f}_$k
+      if timeout 200 ncu --clock-control none -k regex:"$k" --launch-skip 3 --launch-count 1 \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+          --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
+          --import-source no --export "$rep" -f \
+          "$BUILD/tq-bench" --format "$f" $SHAPE --ctx 32768 --reps 20 --warmup 1 > /tmp/ncu_run.log 2>&1; then
+        { echo "==== $f: $k"; ncu --import "$rep.ncu-rep" --page details
+          ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" &&
+            python3 "$ROOT/experiments/ncu_summary.py" "$rep.csv" --units 262144; } >> "$OUT/ncu.log" 2>&1
+      else
+        status=1; echo "ncu $f $k failed"; tail -5 /tmp/ncu_run.log
+      fi
+    done
   done
-  grep -E "DRAM Throughput|Memory Throughput|Duration|Compute \(SM\) Throughput|Achieved Occupancy|Stall|Issue Slots Busy|No Eligible|Registers Per|Block Limit" "$OUT/ncu.log" | head -60
+  grep -E "^====|DRAM Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Eligible Warps|Registers Per|instructions executed|^  (wait|mio|long_sb) " "$OUT/ncu.log" | head -80
 fi
 
 if has sdpa; then
