@@ -11,7 +11,8 @@
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
 # AB_SHAPES (query heads,kv heads pairs; default 32,8), B=32 D=128 block 16; one line per
-# (variant, shape, ctx, format): decode ms, % of copy.
+# (variant, shape, ctx, format): decode ms, % of copy, also appended to $OUT/ab.txt as it comes
+# (a device call cut by its time limit still returns the lines measured so far).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/build-kernels/out}
@@ -44,7 +45,8 @@ import json, sys
 for j in json.load(sys.stdin):
     d = j['decode']
     print('$v', '$shape', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
-          'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'])"
+          'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'], 'smem', d.get('smem_bytes', ''))" |
+          tee -a "$OUT/ab.txt"
       done
     done
   done
