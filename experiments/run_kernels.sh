@@ -141,30 +141,28 @@ if has realkv; then
 fi
 
 if has profile; then
-  # One launch of each decode kernel under Nsight Compute (clocks left alone), for each of
-  # PROFILE_FORMATS (default turboquant_4bit_nc; the FP16 kernel from the first format's run), with the
-  # per-instruction stall samples summarised by experiments/ncu_summary.py (per 32-token sub-tile
-  # and head: B 32 · 32K · 8 kv heads / 32 = 262144 units). Reports go to /tmp (~20 MB each).
-  first=1
-  for f in ${PROFILE_FORMATS:-turboquant_4bit_nc}; do
-    kernels="decode_kernel"
-    [ $first = 1 ] && kernels="decode_kernel decode_f16_kernel"
-    first=0
-    for k in $kernels; do
-      rep=/tmp/ncu_${f}_$k
-      if timeout 200 ncu --clock-control none -k regex:"$k" --launch-skip 3 --launch-count 1 \
-          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-          --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
-          --import-source no --export "$rep" -f \
-          "$BUILD/tq-bench" --format "$f" $SHAPE --ctx 32768 --reps 20 --warmup 1 > /tmp/ncu_run.log 2>&1; then
-        { echo "==== $f: $k"; ncu --import "$rep.ncu-rep" --page details
-          ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" &&
-            python3 "$ROOT/experiments/ncu_summary.py" "$rep.csv" --units 262144; } >> "$OUT/ncu.log" 2>&1
-      else
-        status=1; echo "ncu $f $k failed"; tail -5 /tmp/ncu_run.log
-      fi
-    done
-  done
+  # One launch of a decode kernel under Nsight Compute (clocks left alone) for each of PROFILE_FORMATS
+  # (default turboquant_4bit_nc), then our FP16 kernel once, with the per-instruction stall samples
+  # summarised by experiments/ncu_summary.py per 32-token sub-tile and head (SHAPE's B 32 and 8 kv
+  # heads at ctx PCTX). Reports go to /tmp (~20 MB each).
+  PCTX=32768
+  profile_one() {  # format, kernel-name regex
+    local rep=/tmp/ncu_$1_$2
+    if timeout 200 ncu --clock-control none -k regex:"$2" --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section SourceCounters \
+        --import-source no --export "$rep" -f \
+        "$BUILD/tq-bench" --format "$1" $SHAPE --ctx $PCTX --reps 20 --warmup 1 > /tmp/ncu_run.log 2>&1; then
+      { echo "==== $1: $2"; ncu --import "$rep.ncu-rep" --page details
+        ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" &&
+          python3 "$ROOT/experiments/ncu_summary.py" "$rep.csv" --units $(( 32 * PCTX * 8 / 32 )); } >> "$OUT/ncu.log" 2>&1
+    else
+      status=1; echo "ncu $1 $2 failed"; tail -5 /tmp/ncu_run.log
+    fi
+  }
+  PROFILE_FORMATS=${PROFILE_FORMATS:-turboquant_4bit_nc}
+  for f in $PROFILE_FORMATS; do profile_one "$f" decode_kernel; done
+  profile_one "${PROFILE_FORMATS%% *}" decode_f16_kernel  # tq-bench runs our FP16 decode beside every format
   grep -E "^====|DRAM Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Eligible Warps|Registers Per|instructions executed|^  (wait|mio|long_sb) " "$OUT/ncu.log" | head -80
 fi
 

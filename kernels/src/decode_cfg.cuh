@@ -110,7 +110,7 @@ struct QCfg {
   // The key entries fill the first half of each row; mse keys keep their squares in the
   // second (kSqLut). 3-bit mse keys: row e holds pair code e & 63 (a pair at bits 0–5 of
   // a byte, the top two bits ignored), so each pair of a lane's 24 code bits is one PRMT
-  // from the word shifted by 0, 6, 4 or 2 bits (key_frag_sq).
+  // from the word shifted by 0, 6, 4 or 2 bits (wide_lut_addrs).
   // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers

@@ -182,7 +182,7 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
     const uint8_t* q = row + 12 * ps + 3 * p - odd;
     if constexpr (QCfg<C>::kWide) {  // the 24 bits shifted left by 8: [0, b0, b1, b2] (one PRMT)
       w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), odd ? 0x5412u : 0x4102u);
-      w[1] = w[0] >> 4;  // pair 2 at bits 16–21 (key_frag_sq)
+      w[1] = w[0] >> 4;  // pair 2 at bits 16–21 (wide_lut_addrs)
     } else {
       w[0] = __byte_perm(ld_u16(q), ld_u16(q + 2), 0x5410) >> (8 * odd);
     }
