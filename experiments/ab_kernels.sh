@@ -10,8 +10,8 @@
 # (built with run_kernels.sh <steps>, so "build,test" also runs the GPU tests on it).
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
-# AB_SHAPES (query heads,kv heads pairs; default 32,8), B=32 D=128 block 16; one line per
-# (variant, shape, ctx, format): decode ms, % of copy, also appended to $OUT/ab.txt as it comes
+# AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), B=32
+# block 16; one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also appended to $OUT/ab.txt as it comes
 # (a device call cut by its time limit still returns the lines measured so far).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,22 +31,24 @@ done
 bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
 wait
 for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
-SHAPE="--batch 32 --head-dim 128 --block-size 16"
+SHAPE="--batch 32 --block-size 16"
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do
   for v in $VARS C; do
     bin=$ROOT/build-kernels/tq-bench
     [ "$v" != C ] && bin=/tmp/src_$v/build-kernels/tq-bench
     for shape in ${AB_SHAPES:-32,8}; do
-      for ctx in ${AB_CTX:-32768}; do
-        "$bin" $FORMATS $SHAPE --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" --json \
-          2>> "$OUT/errors.log" | python3 -c "
+      for dim in ${AB_DIMS:-128}; do
+        for ctx in ${AB_CTX:-32768}; do
+          "$bin" $FORMATS $SHAPE --head-dim "$dim" --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" --json \
+            2>> "$OUT/errors.log" | python3 -c "
 import json, sys
 for j in json.load(sys.stdin):
     d = j['decode']
-    print('$v', '$shape', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
+    print('$v', '$shape', 'D$dim', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
           'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'], 'smem', d.get('smem_bytes', ''))" |
-          tee -a "$OUT/ab.txt"
+            tee -a "$OUT/ab.txt"
+        done
       done
     done
   done
