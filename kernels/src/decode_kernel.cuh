@@ -63,7 +63,10 @@
 //   values : O^T += V^T · P'^T. 4-bit codes (lane row r: the u16 words at bytes 2r + 16w,
 //            bank-conflict free, QCfg::kVRowBytes): A is the code nibble masked in place,
 //            the fp16 subnormal c·2^-24 (row r) or c·2^-20 (row r+8): exact; the
-//            scalings are undone at the write-out. 3-bit codes: A = 1 + c/16.
+//            scalings are undone at the write-out. 3-bit codes (lane row r: its chunk of
+//            3·d/64 bytes): the code masked in place in a two-byte window of the chunk,
+//            c·2^(k−24) with k its bit in the window's first byte (value_code_bit; run 38e,
+//            until then 1 + c/16 from per-code shifts: 3bit_nc's loop 4692 → 3499 SASS).
 //            B = P' = p·scale: packed (G ≤ 4) hi in columns 0–3, lo in 4–7; G > 4 fp16(P')
 //            alone (one MMA per m-tile and half instead of two; not turbo4-qjl, nor turbo
 //            at d = 256), with Σp and Σ p·zero taken over the weights that fp16(P') carries,
@@ -72,13 +75,12 @@
 //   softmax: online over the 32 tokens, exp2 domain (ex2.approx.ftz). While no logit
 //            of a sub-tile exceeds its column's running maximum (all but a few sub-tiles
 //            once the maxima settle), m stays and the cross-lane max, α and the rescales
-//            are skipped (Softmax32::try_keep*). 4-bit values
-//            accumulate in the MMA itself; acc is rescaled only when a running max
-//            moved (warp vote). 3-bit values: each 32-token product starts from
-//            zero and is folded in with one FFMA (round-to-nearest): across the whole
-//            range the MMA's truncating fp32 accumulation, amplified by the 1 + c/16
-//            bias cancellation, reached 1.03e-3 (run 3); the unbiased 4-bit codes
-//            keep the errors of the fold (run 13e: 4.3e-4 at 32K either way).
+//            are skipped (Softmax32::try_keep*). The values (exact subnormals, no
+//            bias) accumulate in the MMA itself; acc is rescaled only when a running max
+//            moved (warp vote). (The biased 1 + c/16 had needed each 32-token product
+//            folded in with a round-to-nearest FFMA: the MMA's truncating fp32
+//            accumulation, amplified by the bias cancellation, reached 1.03e-3 in run 3;
+//            unbiased codes keep the errors of the fold, run 13e: 4.3e-4 at 32K either way.)
 // A sub-tile with all 32 tokens valid runs a copy of the body without masks.
 // Launch bounds: 16 warps × 128 registers (wide LUT), else 8 warps, 2 CTAs per SM
 // (d = 256: 1).
@@ -271,8 +273,13 @@ __device__ __forceinline__ void sign_frag(uint32_t w, int s, uint32_t slut_lane,
   }
 }
 
-// 0x3C00 | c << 6 is the half 1 + c/16 (c < 16): codes in bits [0,4) and [16,20) of x.
-__device__ __forceinline__ uint32_t biased_half2(uint32_t x) { return (x << 6) | 0x3c003c00u; }
+// 3-bit value codes (mse formats): the bit at which code j of a lane's NB-byte chunk sits in
+// the A register (the fp16 subnormal c·2^(k − 24)): its bit offset in byte 3j / 8 for even
+// chunks (masked in place), 0 for d = 64's 3-byte chunks (shifted down).
+template <int NB>
+__host__ __device__ constexpr int value_code_bit(int j) {
+  return NB % 2 == 0 ? (3 * j) & 7 : 0;
+}
 
 // Where this warp's rows live in a 16-token half (byte offsets from the half's
 // base): key indices, value codes, norm and value scale/zero of token u are at
@@ -731,7 +738,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   for (int i = 0; i < D / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   [[maybe_unused]] float acc2[Q::kQjl ? D / 16 : 1][4] = {};  // turbo4-qjl: Σ P″ · (±1), rotated by R⁻¹ at the end
   Softmax32 sm;
-  float zs[2] = {0.f, 0.f}, ps[2] = {0.f, 0.f};  // Σ p·zero, Σ p·scale (per-lane partials)
+  float zs[2] = {0.f, 0.f};  // Σ p·zero (per-lane partials)
   int s = 0, sp = S - 1;            // stage of this iteration, of the previous one
   uint32_t ph = 0u, php = 1u;        // their use parities
   for (int it = 0; it < rg.tiles; ++it) {
@@ -815,12 +822,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       [[maybe_unused]] uint32_t pq[Q::kQjl ? Q::kTB : 1][2][NQ][2];  // turbo4-qjl: P″ fragments
       float alpha[2] = {1.f, 1.f};
       bool fast;  // no logit above the running maxima: α = 1, no rescale
-      auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero (and Σ p·scale) by α
+      auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero by α
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          zs[c] *= alpha[c];
-          if constexpr (C::kValueBits != 4) ps[c] *= alpha[c];
-        }
+        for (int c = 0; c < 2; ++c) zs[c] *= alpha[c];
       };
       // token row (0 … 31 of the sub-tile) in range; always in a full sub-tile
       auto valid = [&](int row) { return kFullTile || row < nvalid; };
@@ -920,10 +924,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
         const float pv[4] = {x4[0] * sc0, x4[1] * sc0, x4[2] * sc1, x4[3] * sc1};
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          zs[c] = fmaf(x4[c], z0, fmaf(x4[c + 2], z1, zs[c]));
-          if constexpr (C::kValueBits != 4) ps[c] += pv[c] + pv[c + 2];
-        }
+        for (int c = 0; c < 2; ++c) zs[c] = fmaf(x4[c], z0, fmaf(x4[c + 2], z1, zs[c]));
         // P' matrix of half h: columns 0–3 fp16(P') (lanes p < 2), 4–7 P' − fp16(P') (lanes p ≥ 2).
         // Each lane splits its own P' into hi and lo, keeps the part its columns
         // hold and sends the other to lane p ^ 2 (whose columns hold that part of
@@ -1015,9 +1016,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             ph[1] = *reinterpret_cast<const uint32_t*>(&ph23);
             pf[0] = pf01.x, pf[1] = pf01.y, pf[2] = pf23.x, pf[3] = pf23.y;
           };
-          // wt: the weights summed into Σp·zero (and, kHiP, Σp); wp: the P' summed into Σ P' (3-bit
-          // values), those the value MMAs take
-          float wt[4], wp[4];
+          // wt: the weights summed into Σp·zero (and, kHiP, Σp); wp: fp16(P') as floats (kHiP)
+          float wt[4];
+          [[maybe_unused]] float wp[4];
           [[maybe_unused]] uint32_t wh[2];
           if constexpr (kHiP) {
             to_half(pv, wh, wp);
@@ -1028,13 +1029,12 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             for (int i = 0; i < 4; ++i) wt[i] = (i < 2 ? sc0 : sc1) != 0.f ? wp[i] * (i < 2 ? i0 : i1) : x[h][i];
           } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) wt[i] = x[h][i], wp[i] = pv[i];
+            for (int i = 0; i < 4; ++i) wt[i] = x[h][i];
           }
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             zs[c] = fmaf(wt[c], z0, fmaf(wt[c + 2], z1, zs[c]));
             if constexpr (kHiP) sm.l[c] += wt[c] + wt[c + 2];
-            if constexpr (C::kValueBits != 4) ps[c] += wp[c] + wp[c + 2];
           }
           if constexpr (kHiP) {
             pb[0][h][0][0] = dev::movmatrix_trans(wh[0]);
@@ -1057,12 +1057,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' ----
-      // 4-bit values: the exact subnormal codes carry no bias, so the tensor cores
-      // accumulate straight into acc and the rescale runs only when a running max
-      // moved (α ≠ 1 somewhere in the warp: rare after the first tiles). 3-bit values
-      // (1 + c/16, whose Σ P' is subtracted at the end) keep the round-to-nearest fold.
-      constexpr bool kAccMma = C::kValueBits == 4 || Q::kTurbo;
-      if constexpr (kAccMma) {
+      // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
+      // straight into acc and the rescale runs only when a running max moved (α ≠ 1
+      // somewhere in the warp: rare after the first tiles).
+      {
         if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
           for (int i = 0; i < D / 16; ++i)
@@ -1078,24 +1076,11 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       }
       // pf: the P' fragments for the m-tile's dims (pb[turbo block]; turbo4-qjl's sign term: pq[…])
       auto fold = [&](const uint32_t (&pf)[2][NQ][2], float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
-        if constexpr (kAccMma) {
-#pragma unroll
-          for (int n = 0; n < NV; ++n) {
-            dev::mma_16816(ac, a0, pf[0][n][0], pf[0][n][1]);
-            dev::mma_16816(ac, a1, pf[1][n][0], pf[1][n][1]);
-          }
-          return;
-        }
-        float tt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int n = 0; n < NV; ++n) {
-          dev::mma_16816(tt, a0, pf[0][n][0], pf[0][n][1]);
-          dev::mma_16816(tt, a1, pf[1][n][0], pf[1][n][1]);
+          dev::mma_16816(ac, a0, pf[0][n][0], pf[0][n][1]);
+          dev::mma_16816(ac, a1, pf[1][n][0], pf[1][n][1]);
         }
-        ac[0] = fmaf(ac[0], alpha[0], tt[0]);
-        ac[1] = fmaf(ac[1], alpha[1], tt[1]);
-        ac[2] = fmaf(ac[2], alpha[0], tt[2]);
-        ac[3] = fmaf(ac[3], alpha[1], tt[3]);
       };
       // value codes of tokens 2p, 2p+1 (k-slots 2p..) and 2p+8, 2p+9 (k-slots 2p+8..), lane row r
       const uint8_t* vp[2][4];
@@ -1191,30 +1176,62 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           }
         }
       } else {
-        // 3-bit codes: chunk of 3·d/64 bytes at any byte offset (d = 64 makes it odd).
+        // 3-bit codes: lane row r's chunk of NB = 3·d/64 bytes (code j of the chunk at bit 3j),
+        // A = the code masked in place, the fp16 subnormal c·2^(k − 24), k = value_code_bit(j)
+        // (exact; undone at the write-out). m-tile i: row r code 2i, row r + 8 code 2i + 1.
         constexpr int NB = Q::kVChunk;
-        constexpr int NH = NB / 2 + 2;  // u16 words covering NB bytes from the even base
-        unsigned __int128 xs[2][4];
+        if constexpr (NB % 2 == 0) {
+          // d ≥ 128 (even chunks at even offsets): e[h][t][m] = bytes 2m, 2m+1 of token pair t's
+          // two tokens (low half: tokens 2p / 2p+8, high half: 2p+1 / 2p+9). Code j lies in the
+          // byte window b = 3j / 8 (bytes b, b+1) at bit k = 3j % 8 ≤ 7 of each half: window 2m is
+          // e[m], window 2m+1 one PRMT of e[m] and e[m+1], the last (codes in byte NB − 1 alone)
+          // e[m] >> 8. Per token pair 16 LOP3 and ≤ 6 PRMT/SHF for 32 codes, from NB/2 u16 loads
+          // per token (run 38e).
+          static_assert(Q::kSlot % 2 == 0 && C::kKeyBytes % 2 == 0 && NB % 2 == 0, "u16 loads of the value chunks");
+          uint32_t e[2][2][NB / 2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+          for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int odd = int(reinterpret_cast<uintptr_t>(vp[h][u]) & 1);
-            const uint8_t* q = vp[h][u] - odd;
-            unsigned __int128 v = 0;
+            for (int t = 0; t < 2; ++t)
 #pragma unroll
-            for (int i = 0; i < NH; ++i) v |= (unsigned __int128)ld_u16(q + 2 * i) << (16 * i);
-            xs[h][u] = v >> (8 * odd);
+              for (int m = 0; m < NB / 2; ++m)
+                e[h][t][m] = __byte_perm(ld_u16(vp[h][2 * t] + 2 * m), ld_u16(vp[h][2 * t + 1] + 2 * m), 0x5410);
+          auto code = [&](int h, int t, int j) {
+            const int b = (3 * j) >> 3, m = b >> 1;
+            const uint32_t w = !(b & 1) ? e[h][t][m] : b + 1 == NB ? e[h][t][m] >> 8 : __byte_perm(e[h][t][m], e[h][t][m + 1], 0x6341);
+            return w & (0x00070007u << value_code_bit<NB>(j));
+          };
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i) {
+            const uint32_t a0[4] = {code(0, 0, 2 * i), code(0, 0, 2 * i + 1), code(0, 1, 2 * i), code(0, 1, 2 * i + 1)};
+            const uint32_t a1[4] = {code(1, 0, 2 * i), code(1, 0, 2 * i + 1), code(1, 1, 2 * i), code(1, 1, 2 * i + 1)};
+            fold(pb[0], acc[i], a0, a1);
           }
-        auto pair = [&](int h, int u0, int cd) {
-          const uint32_t lo = uint32_t(xs[h][u0] >> (3 * cd)) & 7u, hi = uint32_t(xs[h][u0 + 1] >> (3 * cd)) & 7u;
-          return biased_half2(lo | (hi << 16));
-        };
+        } else {
+          // d = 64: 3-byte chunks at any byte offset; each code shifted down to bit 0 (k = 0)
+          constexpr int NH = NB / 2 + 2;  // u16 words covering NB bytes from the even base
+          unsigned __int128 xs[2][4];
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i) {
-          const uint32_t a0[4] = {pair(0, 0, 2 * i), pair(0, 0, 2 * i + 1), pair(0, 2, 2 * i), pair(0, 2, 2 * i + 1)};
-          const uint32_t a1[4] = {pair(1, 0, 2 * i), pair(1, 0, 2 * i + 1), pair(1, 2, 2 * i), pair(1, 2, 2 * i + 1)};
-          fold(pb[0], acc[i], a0, a1);
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const int odd = int(reinterpret_cast<uintptr_t>(vp[h][u]) & 1);
+              const uint8_t* q = vp[h][u] - odd;
+              unsigned __int128 v = 0;
+#pragma unroll
+              for (int i = 0; i < NH; ++i) v |= (unsigned __int128)ld_u16(q + 2 * i) << (16 * i);
+              xs[h][u] = v >> (8 * odd);
+            }
+          auto pair = [&](int h, int u0, int cd) {
+            const uint32_t lo = uint32_t(xs[h][u0] >> (3 * cd)) & 7u, hi = uint32_t(xs[h][u0 + 1] >> (3 * cd)) & 7u;
+            return lo | (hi << 16);
+          };
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i) {
+            const uint32_t a0[4] = {pair(0, 0, 2 * i), pair(0, 0, 2 * i + 1), pair(0, 2, 2 * i), pair(0, 2, 2 * i + 1)};
+            const uint32_t a1[4] = {pair(1, 0, 2 * i), pair(1, 0, 2 * i + 1), pair(1, 2, 2 * i), pair(1, 2, 2 * i + 1)};
+            fold(pb[0], acc[i], a0, a1);
+          }
         }
       }
     };
@@ -1325,30 +1342,29 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     for (int c = 0; c < 2; ++c) {
       const float l = total(sm.l[c]);
       const float z = total(zs[c]);
-      const float pp = C::kValueBits == 4 ? 0.f : total(ps[c]);
       const int g = 2 * p + c;
       if (g >= group() || (PK && !hi_lane)) continue;
       const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g0 + g);
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      // 4-bit values: acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20 (exact scalings);
-      // 3-bit values: Σ (1 + c/16)·P'.
-      auto val = [&](float v, bool row8) {
+      // m-tile i: 4-bit values, acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20; 3-bit values,
+      // rows r / r+8 Σ c·P'·2^(k − 24) for codes 2i / 2i+1 (value_code_bit): exact scalings.
+      auto val = [&](float v, int i, bool row8) {
         if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
-        return (16.f * (v - pp) + z) * inv;
+        return (v * float(1 << (24 - value_code_bit<Q::kVChunk>(2 * i + row8))) + z) * inv;
       };
       if (a.parts == 1) {
         __half* o = out_row(qh_idx);
 #pragma unroll
         for (int i = 0; i < D / 16; ++i)
           *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
-              __floats2half2_rn(val(acc[i][c], false), val(acc[i][c + 2], true));
+              __floats2half2_rn(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
       } else {
         const int64_t row = part_row(qh_idx);
         float* o = a.o_part + row * D;
 #pragma unroll
         for (int i = 0; i < D / 16; ++i)
           *reinterpret_cast<float2*>(o + Q::out_dim(r, i)) =
-              make_float2(val(acc[i][c], false), val(acc[i][c + 2], true));
+              make_float2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
         if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
       }
     }
