@@ -1180,6 +1180,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         // A = the code masked in place, the fp16 subnormal c·2^(k − 24), k = value_code_bit(j)
         // (exact; undone at the write-out). m-tile i: row r code 2i, row r + 8 code 2i + 1.
         constexpr int NB = Q::kVChunk;
+        // code(h, t, j): the A register of code j for half h's token pair t (tokens 2p, 2p+1 or
+        // 2p+8, 2p+9 in its low / high half)
+        auto fold_codes = [&](auto&& code) {
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i) {
+            const uint32_t a0[4] = {code(0, 0, 2 * i), code(0, 0, 2 * i + 1), code(0, 1, 2 * i), code(0, 1, 2 * i + 1)};
+            const uint32_t a1[4] = {code(1, 0, 2 * i), code(1, 0, 2 * i + 1), code(1, 1, 2 * i), code(1, 1, 2 * i + 1)};
+            fold(pb[0], acc[i], a0, a1);
+          }
+        };
         if constexpr (NB % 2 == 0) {
           // d ≥ 128 (even chunks at even offsets): e[h][t][m] = bytes 2m, 2m+1 of token pair t's
           // two tokens (low half: tokens 2p / 2p+8, high half: 2p+1 / 2p+9). Code j lies in the
@@ -1196,17 +1206,11 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
 #pragma unroll
               for (int m = 0; m < NB / 2; ++m)
                 e[h][t][m] = __byte_perm(ld_u16(vp[h][2 * t] + 2 * m), ld_u16(vp[h][2 * t + 1] + 2 * m), 0x5410);
-          auto code = [&](int h, int t, int j) {
+          fold_codes([&](int h, int t, int j) {
             const int b = (3 * j) >> 3, m = b >> 1;
             const uint32_t w = !(b & 1) ? e[h][t][m] : b + 1 == NB ? e[h][t][m] >> 8 : __byte_perm(e[h][t][m], e[h][t][m + 1], 0x6341);
             return w & (0x00070007u << value_code_bit<NB>(j));
-          };
-#pragma unroll
-          for (int i = 0; i < D / 16; ++i) {
-            const uint32_t a0[4] = {code(0, 0, 2 * i), code(0, 0, 2 * i + 1), code(0, 1, 2 * i), code(0, 1, 2 * i + 1)};
-            const uint32_t a1[4] = {code(1, 0, 2 * i), code(1, 0, 2 * i + 1), code(1, 1, 2 * i), code(1, 1, 2 * i + 1)};
-            fold(pb[0], acc[i], a0, a1);
-          }
+          });
         } else {
           // d = 64: 3-byte chunks at any byte offset; each code shifted down to bit 0 (k = 0)
           constexpr int NH = NB / 2 + 2;  // u16 words covering NB bytes from the even base
@@ -1222,16 +1226,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               for (int i = 0; i < NH; ++i) v |= (unsigned __int128)ld_u16(q + 2 * i) << (16 * i);
               xs[h][u] = v >> (8 * odd);
             }
-          auto pair = [&](int h, int u0, int cd) {
-            const uint32_t lo = uint32_t(xs[h][u0] >> (3 * cd)) & 7u, hi = uint32_t(xs[h][u0 + 1] >> (3 * cd)) & 7u;
+          fold_codes([&](int h, int t, int j) {
+            const uint32_t lo = uint32_t(xs[h][2 * t] >> (3 * j)) & 7u, hi = uint32_t(xs[h][2 * t + 1] >> (3 * j)) & 7u;
             return lo | (hi << 16);
-          };
-#pragma unroll
-          for (int i = 0; i < D / 16; ++i) {
-            const uint32_t a0[4] = {pair(0, 0, 2 * i), pair(0, 0, 2 * i + 1), pair(0, 2, 2 * i), pair(0, 2, 2 * i + 1)};
-            const uint32_t a1[4] = {pair(1, 0, 2 * i), pair(1, 0, 2 * i + 1), pair(1, 2, 2 * i), pair(1, 2, 2 * i + 1)};
-            fold(pb[0], acc[i], a0, a1);
-          }
+          });
         }
       }
     };
