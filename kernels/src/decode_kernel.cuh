@@ -191,6 +191,20 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
   }
 }
 
+// 3-bit mse keys at d = 128 in the vLLM layout (kKeyRun in decode_body): lane p owns dims
+// 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words x[0 … 3]
+// around them (o = their offset in x[0], 0 or 2: slots are 2-byte aligned; sel_off = o · 0x1111).
+// Pair-step ps (dims 32p + 8ps … +7) is bytes 3ps + o … +2: one PRMT into key_words' wide form
+// [·, b0, b1, b2], w[1] = w[0] >> 4. Three or four 4-byte loads per token row instead of eight
+// 2-byte ones; conflict-free in a warp where the rows are ≡ 12 words apart mod 32 (8 heads; 4
+// heads' even / odd rows).
+__device__ __forceinline__ void key_words_run(const uint32_t (&x)[4], int ps, uint32_t sel_off, uint32_t (&w)[2]) {
+  const uint32_t sel = ps == 0 ? 0x2100u : ps == 1 ? 0x5433u : ps == 2 ? 0x4322u : 0x3211u;
+  const int j = ps < 2 ? 0 : ps - 1;
+  w[0] = __byte_perm(x[j], x[j + 1], sel + sel_off);
+  w[1] = w[0] >> 4;
+}
+
 // A fragment halves of k-step 2ps + h2 for one token: lo = slots 2p, 2p+1, hi =
 // slots 2p+8, 2p+9 (dims 32ps + 8p + 4h2 + {0,1} and + {2,3}). mse: one 4-byte
 // LUT load per pair code (the lane's own copy: conflict-free) straight into the
@@ -614,6 +628,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // the lanes holding head g's fragments take theirs with 8-byte loads. (The lanes of head g
   // alone converting their 32 elements from a float row, while the rest of the warp waited,
   // was ~200 dependent instructions per head.)
+  // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key (key_words_run)
+  constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && D == 128 && !P;
   auto q_head = [&](int g, float (&y)[D / 32]) {
     __half* const hrow = reinterpret_cast<__half*>(qbuf);  // hi: halves [0, D), lo: [D, 2D)
     const bool mine = PK ? (r & 3) == g : r == g;
@@ -629,7 +645,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         const bool lo_col = PK && r >= 4;
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
-          const int base = 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);  // dims base … +3: b0 = +0, +1; b1 = +2, +3
+          // dims base … +3: b0 = +0, +1; b1 = +2, +3 (kKeyRun: lane p's own run of 32 dims)
+          const int base = kKeyRun ? 32 * p + 8 * (ks >> 1) + 4 * (ks & 1) : 32 * (ks >> 1) + 8 * p + 4 * (ks & 1);
           if constexpr (PK) {
             const uint2 w = *reinterpret_cast<const uint2*>(hrow + (lo_col ? D : 0) + base);
             f[0][ks][0] = w.x;
@@ -730,6 +747,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   constexpr int d8 = kEvenOdd ? 1 : 8, dv1 = kEvenOdd ? 2 : kSpread ? 4 : 1;
   // token of row r / of k-slot 2p
   const int tr = kEvenOdd ? 2 * r : kSpread ? (r >> 1) + 4 * (r & 1) : r, tv = kEvenOdd ? 4 * p : kSpread ? p : 2 * p;
+  // kKeyRun: the byte offset (0 or 2) of this lane's key runs in their first aligned word — the same
+  // in every piece (16-row pieces of even rows, 128-byte aligned) and in rows r and r + d8 (d8 · kst ≡ 0 mod 4)
+  [[maybe_unused]] const uint32_t run_off = uint32_t(rm.key + tr * rm.kst + 12 * p) & 2u;
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
@@ -771,13 +791,30 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         krow[h][0] = hb[h] + rm.key + tr * rm.kst;
         krow[h][1] = krow[h][0] + d8 * rm.kst;
       }
+      [[maybe_unused]] uint32_t kx[kKeyRun ? 2 : 1][2][4];  // kKeyRun: the aligned words around each row's run
+      if constexpr (kKeyRun) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const uint8_t* b = krow[h][j] + 12 * p - run_off;
+#pragma unroll
+            for (int i = 0; i < 3; ++i) kx[h][j][i] = ld_u32(b + 4 * i);
+            kx[h][j][3] = run_off ? ld_u32(b + 12) : 0u;
+          }
+      }
 #pragma unroll
       for (int kp = 0; kp < Q::kPairSteps; ++kp) {
         uint32_t kw[2][2][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          key_words<C, P>(krow[h][0], kp, p, kw[h][0]);
-          key_words<C, P>(krow[h][1], kp, p, kw[h][1]);
+          if constexpr (kKeyRun) {
+            key_words_run(kx[h][0], kp, run_off * 0x1111u, kw[h][0]);
+            key_words_run(kx[h][1], kp, run_off * 0x1111u, kw[h][1]);
+          } else {
+            key_words<C, P>(krow[h][0], kp, p, kw[h][0]);
+            key_words<C, P>(krow[h][1], kp, p, kw[h][1]);
+          }
         }
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) {
