@@ -629,7 +629,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // alone converting their 32 elements from a float row, while the rest of the warp waited,
   // was ~200 dependent instructions per head.)
   // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key (key_words_run)
-  constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && D == 128 && !P;
+  constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && C::kValueBits == 4 && D == 128 && !P;
   auto q_head = [&](int g, float (&y)[D / 32]) {
     __half* const hrow = reinterpret_cast<__half*>(qbuf);  // hi: halves [0, D), lo: [D, 2D)
     const bool mine = PK ? (r & 3) == g : r == g;
