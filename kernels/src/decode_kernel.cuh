@@ -191,7 +191,7 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
   }
 }
 
-// 3-bit mse keys at d = 128 in the vLLM layout (kKeyRun in decode_body): lane p owns dims
+// 3-bit mse keys at d = 128 in the vLLM layout, 4-bit values (kKeyRun in decode_body): lane p owns dims
 // 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words x[0 … 3]
 // around them (o = their offset in x[0], 0 or 2: slots are 2-byte aligned; sel_off = o · 0x1111).
 // Pair-step ps (dims 32p + 8ps … +7) is bytes 3ps + o … +2: one PRMT into key_words' wide form
@@ -628,7 +628,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // the lanes holding head g's fragments take theirs with 8-byte loads. (The lanes of head g
   // alone converting their 32 elements from a float row, while the rest of the warp waited,
   // was ~200 dependent instructions per head.)
-  // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key (key_words_run)
+  // 3-bit mse keys with 4-bit values (k3v4_nc), d = 128, vLLM layout: each lane reads its own 12-byte
+  // run of a key (key_words_run; kernels.md run 39c: k3v4_nc −0.7% at 32/8, −3.2% at 32/32; with 3-bit
+  // values, 3bit_nc, +0.4 … +3.2% at G ≥ 4, so it keeps key_words)
   constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && C::kValueBits == 4 && D == 128 && !P;
   auto q_head = [&](int g, float (&y)[D / 32]) {
     __half* const hrow = reinterpret_cast<__half*>(qbuf);  // hi: halves [0, D), lo: [D, 2D)
