@@ -11,8 +11,9 @@
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
 # AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), B=32
-# block 16; one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also appended to $OUT/ab.txt as it comes
-# (a device call cut by its time limit still returns the lines measured so far).
+# block 16; one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
+# appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
+# lines measured so far).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/build-kernels/out}

@@ -1099,18 +1099,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
       // straight into acc and the rescale runs only when a running max moved (α ≠ 1
       // somewhere in the warp: rare after the first tiles).
-      {
-        if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] *= alpha[j & 1];
+        if constexpr (Q::kQjl) {
 #pragma unroll
           for (int i = 0; i < D / 16; ++i)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] *= alpha[j & 1];
-          if constexpr (Q::kQjl) {
-#pragma unroll
-            for (int i = 0; i < D / 16; ++i)
-#pragma unroll
-              for (int j = 0; j < 4; ++j) acc2[i][j] *= alpha[j & 1];
-          }
+            for (int j = 0; j < 4; ++j) acc2[i][j] *= alpha[j & 1];
         }
       }
       // pf: the P' fragments for the m-tile's dims (pb[turbo block]; turbo4-qjl's sign term: pq[…])
@@ -1236,7 +1234,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           // e[m], window 2m+1 one PRMT of e[m] and e[m+1], the last (codes in byte NB − 1 alone)
           // e[m] >> 8. Per token pair 16 LOP3 and ≤ 6 PRMT/SHF for 32 codes, from NB/2 u16 loads
           // per token (run 38e).
-          static_assert(Q::kSlot % 2 == 0 && C::kKeyBytes % 2 == 0 && NB % 2 == 0, "u16 loads of the value chunks");
+          static_assert(Q::kSlot % 2 == 0 && C::kKeyBytes % 2 == 0, "u16 loads of the value chunks");
           uint32_t e[2][2][NB / 2];
 #pragma unroll
           for (int h = 0; h < 2; ++h)
