@@ -752,6 +752,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // kKeyRun: the byte offset (0 or 2) of this lane's key runs in their first aligned word — the same
   // in every piece (16-row pieces of even rows, 128-byte aligned) and in rows r and r + d8 (d8 · kst ≡ 0 mod 4)
   [[maybe_unused]] const uint32_t run_off = uint32_t(rm.key + tr * rm.kst + 12 * p) & 2u;
+  // 4-bit values, vLLM layout, 16 heads per CTA, G ≤ 4, d = 128: each lane row reads its codes as
+  // aligned 4-byte words instead of u16 (half the shared-memory wavefronts where a warp's codes are
+  // word aligned, 3/4 where they are not). Kept where it measured faster (kernels.md run 40: 32/16 and
+  // 64/16 −1.6 … −2.4% at 32K); at 8 heads it was within ±1% at G 4 and 3–5% slower at 64/8 and 28/4
+  // (G > 4, where ptxas spilled more). v_s: this warp's codes start 2 bytes past a word (rows and
+  // pieces are 4-byte aligned here); v_wrap: lane row 7 then reads unit 0 as its last (write-out: vdim).
+  constexpr bool kVWords =
+      C::kValueBits == 4 && !Q::kTurbo && !P && PK && kH == 16 && D == 128 && ring_row_bytes<C, P>(kH) % 4 == 0;
+  [[maybe_unused]] const int v_s = kVWords ? (rm.code >> 1) & 1 : 0;
+  [[maybe_unused]] const bool v_wrap = v_s && r == 7;
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
@@ -1123,7 +1133,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       const uint8_t* vp[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        vp[h][0] = hb[h] + rm.code + tv * rm.cst + r * Q::kVRowBytes;
+        vp[h][0] = hb[h] + rm.code + tv * rm.cst + (kVWords ? 4 * r + 2 * v_s : r * Q::kVRowBytes);
         vp[h][1] = vp[h][0] + dv1 * rm.cst;
         vp[h][2] = vp[h][0] + d8 * rm.cst;
         vp[h][3] = vp[h][2] + dv1 * rm.cst;
@@ -1184,6 +1194,46 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               pair_a(z, e, af);
               fold(pq[w / 4], acc2[2 * w + e], af[0], af[1]);
             }
+          }
+        }
+      } else if constexpr (C::kValueBits == 4 && kVWords) {
+        // 4-byte aligned words (kVWords): lane row r reads words r + 8k + v_s (k < NV2) of each token's
+        // codes, unit slot w (4 dims) = half w & 1 of word w >> 1; where v_s = 1 (codes 2 bytes past a
+        // word) the last unit of row 7 is unit 0 (the high half of word 0, 32 bytes back), read by that
+        // row alone. One PRMT per slot joins the two tokens of a k-slot pair, as with the u16 words.
+        constexpr int NV2 = Q::kVChunk / 4;  // aligned words per row and token (+ row 7's wrap)
+        uint32_t xw[2][4][NV2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int k = 0; k < NV2; ++k) xw[h][u][k] = ld_u32(vp[h][u] + 32 * k);
+#pragma unroll
+        for (int w = 0; w < 2 * NV2; ++w) {  // unit slot w → m-tiles 2w, 2w+1
+          const uint32_t sel = w & 1 ? 0x7632u : 0x5410u;
+          uint32_t wab[2], wcd[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            wab[h] = __byte_perm(xw[h][0][w >> 1], xw[h][1][w >> 1], sel);
+            wcd[h] = __byte_perm(xw[h][2][w >> 1], xw[h][3][w >> 1], sel);
+            if (w == 2 * NV2 - 1 && v_wrap) {  // unit 0: the high halves of the words 32 bytes back
+              wab[h] = __byte_perm(ld_u32(vp[h][0] - 32), ld_u32(vp[h][1] - 32), sel);
+              wcd[h] = __byte_perm(ld_u32(vp[h][2] - 32), ld_u32(vp[h][3] - 32), sel);
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            uint32_t af[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t xab = m ? wab[h] >> 8 : wab[h], xcd = m ? wcd[h] >> 8 : wcd[h];
+              af[h][0] = xab & 0x000f000fu;
+              af[h][1] = xab & 0x00f000f0u;
+              af[h][2] = xcd & 0x000f000fu;
+              af[h][3] = xcd & 0x00f000f0u;
+            }
+            fold(pb[0], acc[2 * w + m], af[0], af[1]);
           }
         }
       } else if constexpr (C::kValueBits == 4) {
@@ -1387,18 +1437,24 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
         return (v * float(1 << (24 - value_code_bit<Q::kVChunk>(2 * i + row8))) + z) * inv;
       };
+      // output dim of acc row r of m-tile i (row r + 8: the next); kVWords: unit (2r + v_s + 16·(w >> 1)
+      // + (w & 1)) mod D/4 of slot w = i >> 1
+      auto vdim = [&](int i) {
+        if constexpr (kVWords) return 4 * ((2 * r + v_s + 16 * (i >> 2) + ((i >> 1) & 1)) & (D / 4 - 1)) + 2 * (i & 1);
+        return Q::out_dim(r, i);
+      };
       if (a.parts == 1) {
         __half* o = out_row(qh_idx);
 #pragma unroll
         for (int i = 0; i < D / 16; ++i)
-          *reinterpret_cast<__half2*>(o + Q::out_dim(r, i)) =
+          *reinterpret_cast<__half2*>(o + vdim(i)) =
               __floats2half2_rn(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
       } else {
         const int64_t row = part_row(qh_idx);
         float* o = a.o_part + row * D;
 #pragma unroll
         for (int i = 0; i < D / 16; ++i)
-          *reinterpret_cast<float2*>(o + Q::out_dim(r, i)) =
+          *reinterpret_cast<float2*>(o + vdim(i)) =
               make_float2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
         if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
       }
