@@ -1196,55 +1196,41 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             }
           }
         }
-      } else if constexpr (C::kValueBits == 4 && kVWords) {
-        // 4-byte aligned words (kVWords): lane row r reads words r + 8k + v_s (k < NV2) of each token's
-        // codes, unit slot w (4 dims) = half w & 1 of word w >> 1; where v_s = 1 (codes 2 bytes past a
-        // word) the last unit of row 7 is unit 0 (the high half of word 0, 32 bytes back), read by that
-        // row alone. One PRMT per slot joins the two tokens of a k-slot pair, as with the u16 words.
-        constexpr int NV2 = Q::kVChunk / 4;  // aligned words per row and token (+ row 7's wrap)
-        uint32_t xw[2][4][NV2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int k = 0; k < NV2; ++k) xw[h][u][k] = ld_u32(vp[h][u] + 32 * k);
-#pragma unroll
-        for (int w = 0; w < 2 * NV2; ++w) {  // unit slot w → m-tiles 2w, 2w+1
-          const uint32_t sel = w & 1 ? 0x7632u : 0x5410u;
-          uint32_t wab[2], wcd[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            wab[h] = __byte_perm(xw[h][0][w >> 1], xw[h][1][w >> 1], sel);
-            wcd[h] = __byte_perm(xw[h][2][w >> 1], xw[h][3][w >> 1], sel);
-            if (w == 2 * NV2 - 1 && v_wrap) {  // unit 0: the high halves of the words 32 bytes back
-              wab[h] = __byte_perm(ld_u32(vp[h][0] - 32), ld_u32(vp[h][1] - 32), sel);
-              wcd[h] = __byte_perm(ld_u32(vp[h][2] - 32), ld_u32(vp[h][3] - 32), sel);
-            }
-          }
-#pragma unroll
-          for (int m = 0; m < 2; ++m) {
-            uint32_t af[2][4];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const uint32_t xab = m ? wab[h] >> 8 : wab[h], xcd = m ? wcd[h] >> 8 : wcd[h];
-              af[h][0] = xab & 0x000f000fu;
-              af[h][1] = xab & 0x00f000f0u;
-              af[h][2] = xcd & 0x000f000fu;
-              af[h][3] = xcd & 0x00f000f0u;
-            }
-            fold(pb[0], acc[2 * w + m], af[0], af[1]);
-          }
-        }
       } else if constexpr (C::kValueBits == 4) {
+        // Unit slot w: 4 dims of each token → m-tiles 2w, 2w+1. wab / wcd: the slot's 16 bits of the
+        // tokens of k-slots 2p, 2p+1 / 2p+8, 2p+9 (low / high half), one PRMT each. u16 words: lane row
+        // r reads byte 2r + 16w of each token's codes (WS = 16 bytes between a row's words; rows
+        // QCfg::kVRowBytes = 2 apart). Aligned words (kVWords): lane row r reads words r + 8k + v_s
+        // (k < NV2), slot w is half w & 1 of word w >> 1; where v_s = 1 (codes 2 bytes past a word)
+        // the last slot of row 7 is unit 0, the high half of the word 32 bytes back, read by that row
+        // alone.
+        constexpr int NV2 = kVWords ? Q::kVChunk / 4 : 1, WS = 16;
+        [[maybe_unused]] uint32_t xw[2][4][NV2];
+        if constexpr (kVWords) {
 #pragma unroll
-        for (int w = 0; w < Q::kVChunk / 2; ++w) {  // u16 word w: 4 dims → m-tiles 2w, 2w+1
-          constexpr int WS = 16;  // bytes between a row's u16 words (rows: QCfg::kVRowBytes = 2 apart)
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+              for (int k = 0; k < NV2; ++k) xw[h][u][k] = ld_u32(vp[h][u] + 32 * k);
+        }
+#pragma unroll
+        for (int w = 0; w < Q::kVChunk / 2; ++w) {
           uint32_t wab[2], wcd[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            wab[h] = __byte_perm(ld_u16(vp[h][0] + WS * w), ld_u16(vp[h][1] + WS * w), 0x5410);
-            wcd[h] = __byte_perm(ld_u16(vp[h][2] + WS * w), ld_u16(vp[h][3] + WS * w), 0x5410);
+            if constexpr (kVWords) {
+              const uint32_t sel = w & 1 ? 0x7632u : 0x5410u;
+              wab[h] = __byte_perm(xw[h][0][w >> 1], xw[h][1][w >> 1], sel);
+              wcd[h] = __byte_perm(xw[h][2][w >> 1], xw[h][3][w >> 1], sel);
+              if (w == 2 * NV2 - 1 && v_wrap) {
+                wab[h] = __byte_perm(ld_u32(vp[h][0] - 32), ld_u32(vp[h][1] - 32), sel);
+                wcd[h] = __byte_perm(ld_u32(vp[h][2] - 32), ld_u32(vp[h][3] - 32), sel);
+              }
+            } else {
+              wab[h] = __byte_perm(ld_u16(vp[h][0] + WS * w), ld_u16(vp[h][1] + WS * w), 0x5410);
+              wcd[h] = __byte_perm(ld_u16(vp[h][2] + WS * w), ld_u16(vp[h][3] + WS * w), 0x5410);
+            }
           }
 #pragma unroll
           for (int m = 0; m < 2; ++m) {
