@@ -758,8 +758,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // 64/16 −1.6 … −2.4% at 32K); at 8 heads it was within ±1% at G 4 and 3–5% slower at 64/8 and 28/4
   // (G > 4, where ptxas spilled more). v_s: this warp's codes start 2 bytes past a word (rows and
   // pieces are 4-byte aligned here); v_wrap: lane row 7 then reads unit 0 as its last (write-out: vdim).
-  constexpr bool kVWords =
-      C::kValueBits == 4 && !Q::kTurbo && !P && PK && kH == 16 && D == 128 && ring_row_bytes<C, P>(kH) % 4 == 0;
+  constexpr bool kVWords = C::kValueBits == 4 && !Q::kTurbo && !P && PK && kH == 16 && D == 128;
+  static_assert(!kVWords || ring_row_bytes<C, P>(kH) % 4 == 0, "v_s is the same in every token row");
   [[maybe_unused]] const int v_s = kVWords ? (rm.code >> 1) & 1 : 0;
   [[maybe_unused]] const bool v_wrap = v_s && r == 7;
   __syncthreads();  // LUT complete
@@ -1423,8 +1423,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
         return (v * float(1 << (24 - value_code_bit<Q::kVChunk>(2 * i + row8))) + z) * inv;
       };
-      // output dim of acc row r of m-tile i (row r + 8: the next); kVWords: unit (2r + v_s + 16·(w >> 1)
-      // + (w & 1)) mod D/4 of slot w = i >> 1
+      // output dim of acc row r of m-tile i (row r + 8: the next): kVWords, 4 · the unit of slot w = i >> 1
+      // (2r + v_s + 16·(w >> 1) + (w & 1), mod D/4) + 2·(i & 1); else QCfg::out_dim
       auto vdim = [&](int i) {
         if constexpr (kVWords) return 4 * ((2 * r + v_s + 16 * (i >> 2) + ((i >> 1) & 1)) & (D / 4 - 1)) + 2 * (i & 1);
         return Q::out_dim(r, i);
