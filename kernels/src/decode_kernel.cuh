@@ -191,18 +191,29 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
   }
 }
 
-// 3-bit mse keys at d = 128 in the vLLM layout, 4-bit values (kKeyRun in decode_body): lane p owns dims
-// 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words x[0 … 3]
-// around them (o = their offset in x[0], 0 or 2: slots are 2-byte aligned; sel_off = o · 0x1111).
-// Pair-step ps (dims 32p + 8ps … +7) is bytes 3ps + o … +2: one PRMT into key_words' wide form
-// [·, b0, b1, b2], w[1] = w[0] >> 4. Three or four 4-byte loads per token row instead of eight
-// 2-byte ones; conflict-free in a warp where the rows are ≡ 12 words apart mod 32 (8 heads; 4
-// heads' even / odd rows).
-__device__ __forceinline__ void key_words_run(const uint32_t (&x)[4], int ps, uint32_t sel_off, uint32_t (&w)[2]) {
-  const uint32_t sel = ps == 0 ? 0x2100u : ps == 1 ? 0x5433u : ps == 2 ? 0x4322u : 0x3211u;
-  const int j = ps < 2 ? 0 : ps - 1;
-  w[0] = __byte_perm(x[j], x[j + 1], sel + sel_off);
-  w[1] = w[0] >> 4;
+// 3-bit mse keys at d = 128 in the vLLM layout (kKeyRun in decode_body): lane p owns dims
+// 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words around
+// them and shifted into x[0 … 2] (pair i of the run at bits 6i: one funnel shift per word where the
+// run starts 2 bytes into its first word). run_lut_addrs gives the wide LUT's entry addresses of
+// pairs 4kp … 4kp + 3 (pair-step kp; rows keyed by a byte's low 6 bits): pair 4kp is byte 3kp of x
+// (one PRMT); pairs 4kp + t (t = 1 … 3) are byte 0 (kp even) or 3 (kp odd) of the window
+// wnd[t − 1] = x >> (24kp + 6t), made at even kp — one funnel shift serves pairs 4kp + t and
+// 4kp + 4 + t, 24 bits apart. Per run of 16 pairs: 3 + 6 shifts and 16 PRMT, against 32 for the
+// form before (one PRMT joining a pair-step's 3 bytes, three shifts, four address PRMT; run 42).
+__device__ __forceinline__ void run_lut_addrs(const uint32_t (&x)[3], uint32_t (&wnd)[3], int kp, uint32_t lut_lane,
+                                              uint32_t (&a)[4]) {
+  auto at = [&](uint32_t src, int byte) { return __byte_perm(src, lut_lane, 0x7604u | (uint32_t(byte) << 4)); };
+  const int d = 3 * kp;
+  a[0] = at(x[d >> 2], d & 3);
+  if ((kp & 1) == 0) {
+#pragma unroll
+    for (int t = 1; t < 4; ++t) {
+      const int bit = 24 * kp + 6 * t, w = bit >> 5, sh = bit & 31;
+      wnd[t - 1] = w + 1 < 3 ? __funnelshift_r(x[w], x[w + 1], sh) : x[w] >> sh;
+    }
+  }
+#pragma unroll
+  for (int t = 1; t < 4; ++t) a[t] = at(wnd[t - 1], (kp & 1) ? 3 : 0);
 }
 
 // A fragment halves of k-step 2ps + h2 for one token: lo = slots 2p, 2p+1, hi =
@@ -258,16 +269,20 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
 
 // QCfg::kSqLut (mse keys, wide LUT): key_frag's two entries and, 128 bytes on in the same
 // rows, the pairs' squares {hi, lo} (one LDS each, immediate offset).
+__device__ __forceinline__ void lut_frag_sq(uint32_t a_lo, uint32_t a_hi, uint32_t& lo, uint32_t& hi, uint32_t& sq_lo,
+                                            uint32_t& sq_hi) {
+  lo = dev::lds_u32(a_lo);
+  hi = dev::lds_u32(a_hi);
+  sq_lo = dev::lds_u32(a_lo + 0x80u);
+  sq_hi = dev::lds_u32(a_hi + 0x80u);
+}
 template <class C, bool P>
 __device__ __forceinline__ void key_frag_sq(const uint32_t (&w)[2], int h2, uint32_t lut_lane, uint32_t& lo,
                                             uint32_t& hi, uint32_t& sq_lo, uint32_t& sq_hi) {
   static_assert(QCfg<C>::kSqLut, "mse keys, wide LUT");
   uint32_t a_lo, a_hi;
   wide_lut_addrs<C, P>(w, h2, lut_lane, a_lo, a_hi);
-  lo = dev::lds_u32(a_lo);
-  hi = dev::lds_u32(a_hi);
-  sq_lo = dev::lds_u32(a_lo + 0x80u);
-  sq_hi = dev::lds_u32(a_hi + 0x80u);
+  lut_frag_sq(a_lo, a_hi, lo, hi, sq_lo, sq_hi);
 }
 
 // turbo4-qjl: the ±1 halves of 4 dims from their sign bits s … s+3 of w (bit set = +1):
@@ -628,10 +643,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // the lanes holding head g's fragments take theirs with 8-byte loads. (The lanes of head g
   // alone converting their 32 elements from a float row, while the rest of the warp waited,
   // was ~200 dependent instructions per head.)
-  // 3-bit mse keys with 4-bit values (k3v4_nc), d = 128, vLLM layout: each lane reads its own 12-byte
-  // run of a key (key_words_run; kernels.md run 39c: k3v4_nc −0.7% at 32/8, −3.2% at 32/32; with 3-bit
-  // values, 3bit_nc, +0.4 … +3.2% at G ≥ 4, so it keeps key_words)
-  constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && C::kValueBits == 4 && D == 128 && !P;
+  // 3-bit mse keys (k3v4_nc, 3bit_nc), d = 128, vLLM layout: each lane reads its own 12-byte run of a
+  // key and takes its pairs' LUT addresses with run_lut_addrs (kernels.md run 42: k3v4_nc −2.8% at
+  // 32/8, 3bit_nc −3.9%; run 39c's byte-permute form had been slower than key_words for 3bit_nc)
+  constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && D == 128 && !P;
   auto q_head = [&](int g, float (&y)[D / 32]) {
     __half* const hrow = reinterpret_cast<__half*>(qbuf);  // hi: halves [0, D), lo: [D, 2D)
     const bool mine = PK ? (r & 3) == g : r == g;
@@ -803,26 +818,30 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         krow[h][0] = hb[h] + rm.key + tr * rm.kst;
         krow[h][1] = krow[h][0] + d8 * rm.kst;
       }
-      [[maybe_unused]] uint32_t kx[kKeyRun ? 2 : 1][2][4];  // kKeyRun: the aligned words around each row's run
+      // kKeyRun: each row's run as 3 words (run_lut_addrs), its windows, its pairs' LUT addresses
+      [[maybe_unused]] uint32_t kx[kKeyRun ? 2 : 1][2][3], wnd[kKeyRun ? 2 : 1][2][3], ka[kKeyRun ? 2 : 1][2][4];
       if constexpr (kKeyRun) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const uint8_t* b = krow[h][j] + 12 * p - run_off;
+            uint32_t x[4];
 #pragma unroll
-            for (int i = 0; i < 3; ++i) kx[h][j][i] = ld_u32(b + 4 * i);
-            kx[h][j][3] = run_off ? ld_u32(b + 12) : 0u;
+            for (int i = 0; i < 3; ++i) x[i] = ld_u32(b + 4 * i);
+            x[3] = run_off ? ld_u32(b + 12) : 0u;
+#pragma unroll
+            for (int i = 0; i < 3; ++i) kx[h][j][i] = __funnelshift_r(x[i], x[i + 1], 8 * run_off);
           }
       }
 #pragma unroll
       for (int kp = 0; kp < Q::kPairSteps; ++kp) {
-        uint32_t kw[2][2][2];
+        [[maybe_unused]] uint32_t kw[2][2][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if constexpr (kKeyRun) {
-            key_words_run(kx[h][0], kp, run_off * 0x1111u, kw[h][0]);
-            key_words_run(kx[h][1], kp, run_off * 0x1111u, kw[h][1]);
+            run_lut_addrs(kx[h][0], wnd[h][0], kp, lut_lane, ka[h][0]);
+            run_lut_addrs(kx[h][1], wnd[h][1], kp, lut_lane, ka[h][1]);
           } else {
             key_words<C, P>(krow[h][0], kp, p, kw[h][0]);
             key_words<C, P>(krow[h][1], kp, p, kw[h][1]);
@@ -835,7 +854,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           for (int h = 0; h < 2; ++h) {
             uint32_t af[4];
             [[maybe_unused]] uint32_t sqf[4];
-            if constexpr (Q::kSqLut) {
+            if constexpr (kKeyRun) {
+              lut_frag_sq(ka[h][0][2 * h2], ka[h][0][2 * h2 + 1], af[0], af[2], sqf[0], sqf[2]);
+              lut_frag_sq(ka[h][1][2 * h2], ka[h][1][2 * h2 + 1], af[1], af[3], sqf[1], sqf[3]);
+            } else if constexpr (Q::kSqLut) {
               key_frag_sq<C, P>(kw[h][0], h2, lut_lane, af[0], af[2], sqf[0], sqf[2]);
               key_frag_sq<C, P>(kw[h][1], h2, lut_lane, af[1], af[3], sqf[1], sqf[3]);
             } else {
