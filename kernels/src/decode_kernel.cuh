@@ -191,6 +191,12 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
   }
 }
 
+// The wide LUT's entry address of the pair code in byte `byte` of src (lut_lane = the LUT's 64 KB-aligned
+// base | 4·lane): one PRMT puts that byte in byte 1, the 256-byte row. wide_lut_addrs and run_lut_addrs.
+__device__ __forceinline__ uint32_t wide_lut_addr(uint32_t src, int byte, uint32_t lut_lane) {
+  return __byte_perm(src, lut_lane, 0x7604u | (uint32_t(byte) << 4));
+}
+
 // 3-bit mse keys at d = 128 in the vLLM layout (kKeyRun in decode_body): lane p owns dims
 // 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words around
 // them and shifted into x[0 … 2] (pair i of the run at bits 6i: one funnel shift per word where the
@@ -202,9 +208,8 @@ __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uin
 // form before (one PRMT joining a pair-step's 3 bytes, three shifts, four address PRMT; run 42).
 __device__ __forceinline__ void run_lut_addrs(const uint32_t (&x)[3], uint32_t (&wnd)[3], int kp, uint32_t lut_lane,
                                               uint32_t (&a)[4]) {
-  auto at = [&](uint32_t src, int byte) { return __byte_perm(src, lut_lane, 0x7604u | (uint32_t(byte) << 4)); };
   const int d = 3 * kp;
-  a[0] = at(x[d >> 2], d & 3);
+  a[0] = wide_lut_addr(x[d >> 2], d & 3, lut_lane);
   if ((kp & 1) == 0) {
 #pragma unroll
     for (int t = 1; t < 4; ++t) {
@@ -213,7 +218,7 @@ __device__ __forceinline__ void run_lut_addrs(const uint32_t (&x)[3], uint32_t (
     }
   }
 #pragma unroll
-  for (int t = 1; t < 4; ++t) a[t] = at(wnd[t - 1], (kp & 1) ? 3 : 0);
+  for (int t = 1; t < 4; ++t) a[t] = wide_lut_addr(wnd[t - 1], (kp & 1) ? 3 : 0, lut_lane);
 }
 
 // A fragment halves of k-step 2ps + h2 for one token: lo = slots 2p, 2p+1, hi =
@@ -231,13 +236,13 @@ __device__ __forceinline__ void wide_lut_addrs(const uint32_t (&w)[2], int h2, u
                                                uint32_t& a_hi) {
   static_assert(QCfg<C>::kWide, "the wide LUT");
   if constexpr (QCfg<C>::kMse && C::kKeyBits == 3) {
-    a_lo = __byte_perm(w[h2], lut_lane, h2 ? 0x7624u : 0x7614u);
-    a_hi = __byte_perm(w[0] >> (h2 ? 2 : 6), lut_lane, h2 ? 0x7634u : 0x7614u);
+    a_lo = wide_lut_addr(w[h2], h2 ? 2 : 1, lut_lane);
+    a_hi = wide_lut_addr(w[0] >> (h2 ? 2 : 6), h2 ? 3 : 1, lut_lane);
   } else {
     constexpr bool kOneWord = P || C::kKeyBits <= 3;
-    const uint32_t sel = kOneWord ? 0x7604u + 0x20u * uint32_t(h2) : 0x7604u;
-    a_lo = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel);
-    a_hi = __byte_perm(w[kOneWord ? 0 : h2], lut_lane, sel + 0x10u);
+    const int byte = kOneWord ? 2 * h2 : 0;
+    a_lo = wide_lut_addr(w[kOneWord ? 0 : h2], byte, lut_lane);
+    a_hi = wide_lut_addr(w[kOneWord ? 0 : h2], byte + 1, lut_lane);
   }
 }
 
@@ -267,8 +272,8 @@ __device__ __forceinline__ void key_frag(const uint32_t (&w)[2], int h2, uint32_
   }
 }
 
-// QCfg::kSqLut (mse keys, wide LUT): key_frag's two entries and, 128 bytes on in the same
-// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset).
+// QCfg::kSqLut (mse keys, wide LUT): the two entries at a_lo, a_hi and, 128 bytes on in the same
+// rows, the pairs' squares {hi, lo} (one LDS each, immediate offset); key_frag_sq: from the key words.
 __device__ __forceinline__ void lut_frag_sq(uint32_t a_lo, uint32_t a_hi, uint32_t& lo, uint32_t& hi, uint32_t& sq_lo,
                                             uint32_t& sq_hi) {
   lo = dev::lds_u32(a_lo);
@@ -818,7 +823,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         krow[h][0] = hb[h] + rm.key + tr * rm.kst;
         krow[h][1] = krow[h][0] + d8 * rm.kst;
       }
-      // kKeyRun: each row's run as 3 words (run_lut_addrs), its windows, its pairs' LUT addresses
+      // kKeyRun: each row's run as 3 words and its windows (run_lut_addrs; wnd: made at even kp, used at odd),
+      // and (per kp) its pairs' LUT addresses
       [[maybe_unused]] uint32_t kx[kKeyRun ? 2 : 1][2][3], wnd[kKeyRun ? 2 : 1][2][3], ka[kKeyRun ? 2 : 1][2][4];
       if constexpr (kKeyRun) {
 #pragma unroll
