@@ -400,6 +400,7 @@ struct Softmax32 {
     }
     return true;
   }
+  template <bool kSum = true>
   __device__ __forceinline__ bool try_keep_half(float (&x)[4]) {
     const bool keep = x[0] <= m[0] && x[2] <= m[0] && x[1] <= m[1] && x[3] <= m[1];
     if (!__all_sync(dev::kFull, keep)) return false;
@@ -407,11 +408,12 @@ struct Softmax32 {
     for (int c = 0; c < 2; ++c) {
       x[c] = dev::ex2_fast(x[c] - m[c]);
       x[c + 2] = dev::ex2_fast(x[c + 2] - m[c]);
-      l[c] += x[c] + x[c + 2];
+      if constexpr (kSum) l[c] += x[c] + x[c + 2];
     }
     return true;
   }
   // Packed kernels: the lane holds one half (tokens r, r+8); lane p ^ 2 the other.
+  template <bool kSum = true>
   __device__ __forceinline__ void update_half(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -425,7 +427,7 @@ struct Softmax32 {
       m[c] = mn;
       x[c] = dev::ex2_fast(x[c] - mn);
       x[c + 2] = dev::ex2_fast(x[c + 2] - mn);
-      l[c] = l[c] * alpha[c] + (x[c] + x[c + 2]);
+      l[c] = kSum ? l[c] * alpha[c] + (x[c] + x[c + 2]) : l[c] * alpha[c];
     }
   }
 };
@@ -780,14 +782,44 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // pieces are 4-byte aligned here); v_wrap: lane row 7 then reads unit 0 as its last (write-out: vdim).
   constexpr bool kVWords = C::kValueBits == 4 && !Q::kTurbo && !P && PK && kH == 16 && D == 128;
   static_assert(!kVWords || ring_row_bytes<C, P>(kH) % 4 == 0, "v_s is the same in every token row");
-  [[maybe_unused]] const int v_s = kVWords ? (rm.code >> 1) & 1 : 0;
+  // 4-bit values, vLLM layout, 8 heads per CTA, G ≤ 4, d = 128, one value block (kVPar): the k slots of
+  // each value MMA are (token, e) pairs and the m-tile covers 32 dims, e = 0 in P' columns 0–3 (query
+  // heads 0–3) and e = 1 in columns 4–7, P' = fp16(p·scale) alone (as kHiP: the weights P' carries are
+  // summed into Σp, Σp·zero). Both halves of an A register are then one token's codes, masked in place
+  // from one aligned 4-byte word (nibbles i and i + 4: e = 0 and 1) — no joining PRMT of two tokens' u16
+  // loads — and acc is 16 registers instead of 32. Lane (r, p) reads the words r and r + 8 of the value
+  // codes (dims 8r … 8r + 7 and 64 + 8r …, from 4 bytes in where v_s: row 7's second word then joins the
+  // word before the codes, which holds dims 0–3) of the tokens of k slots p and p + 4: score rows
+  // kVRows(p), kVRows(p + 4) of the row set j & 1 of half j >> 1 in k-step j. kVRowStep: rows σp and
+  // σp + 1 (σ = 2) or p and p + 4 (σ = 1), whichever puts the four slot lanes' words on disjoint 8-bank
+  // groups (row stride · σ ≡ ±8 words mod 32); 0: no such step, the u16 path.
+  constexpr int kVStrideW = (ring_row_bytes<C, P>(kH > 0 ? kH : 1) / 4) % 32;
+  constexpr int kVRowStep = (kVStrideW % 32 == 8 || kVStrideW % 32 == 24) ? 1 : ((2 * kVStrideW) % 32 == 8 || (2 * kVStrideW) % 32 == 24) ? 2 : 0;
+  constexpr bool kVPar = C::kValueBits == 4 && !Q::kTurbo && !Q::kQjl && Q::kTB == 1 && !P && !TM && PK && kH == 8 && D == 128 &&
+                         !kEvenOdd && !kSpread && ring_row_bytes<C, P>(kH > 0 ? kH : 1) % 4 == 0 && kVRowStep > 0;
+  [[maybe_unused]] const int v_s = kVWords || kVPar ? (rm.code >> 1) & 1 : 0;
   [[maybe_unused]] const bool v_wrap = v_s && r == 7;
+  // kVPar: this lane's value word offsets (slot p, slot p + 4) in a half's row set 0, the P' sources
+  // (the lanes holding those rows' p of query heads 2(r/2 & 1), +1 in half 0) and the PRMT putting head r & 3's
+  // P' in half r >> 2 of the B register (the other half 0)
+  [[maybe_unused]] int v_off[2] = {0, 0}, p_src[2] = {0, 0};
+  [[maybe_unused]] uint32_t p_sel = 0u;
+  if constexpr (kVPar) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int row = kVRowStep == 2 ? 2 * p + u : p + 4 * u;
+      v_off[u] = rm.code + 2 * v_s + 4 * r + row * rm.cst;
+      p_src[u] = 4 * row + ((r >> 1) & 1);
+    }
+    p_sel = r < 4 ? (r & 1 ? 0x4432u : 0x4410u) : (r & 1 ? 0x3244u : 0x1044u);
+  }
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
-  float acc[D / 16][4];
+  constexpr int NACC = kVPar ? D / 32 : D / 16;  // value m-tiles (kVPar: 32 dims each)
+  float acc[NACC][4];
 #pragma unroll
-  for (int i = 0; i < D / 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int i = 0; i < NACC; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   [[maybe_unused]] float acc2[Q::kQjl ? D / 16 : 1][4] = {};  // turbo4-qjl: Σ P″ · (±1), rotated by R⁻¹ at the end
   Softmax32 sm;
   float zs[2] = {0.f, 0.f};  // Σ p·zero (per-lane partials)
@@ -895,7 +927,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           }
         }
       }
-      uint32_t pb[Q::kTB][2][NQ][2];  // P' fragments [turbo block][half][hi/lo set][b0/b1]
+      [[maybe_unused]] uint32_t pb[Q::kTB][2][NQ][2];  // P' fragments [turbo block][half][hi/lo set][b0/b1]
+      [[maybe_unused]] uint32_t pbv[kVPar ? 4 : 1][2];  // kVPar: the B of k-step j
       [[maybe_unused]] uint32_t pq[Q::kQjl ? Q::kTB : 1][2][NQ][2];  // turbo4-qjl: P″ fragments
       float alpha[2] = {1.f, 1.f};
       bool fast;  // no logit above the running maxima: α = 1, no rescale
@@ -991,17 +1024,40 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             for (int i = 0; i < 4; ++i) x4[i] = (i < 2 ? v0 : v1) ? fmaf(e4[i], i < 2 ? k0 : k8, x4[i]) : -INFINITY;
           }
         }
-        fast = sm.try_keep_half(x4);
+        fast = sm.template try_keep_half<!kVPar>(x4);
         if (!fast) {
-          sm.update_half(x4, alpha);
+          sm.template update_half<!kVPar>(x4, alpha);
           rescale_sums();
         }
         const uint8_t* f0 = mb + rm.scz + tr * rm.mst;
         const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
         const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
         const float pv[4] = {x4[0] * sc0, x4[1] * sc0, x4[2] * sc1, x4[3] * sc1};
+        if constexpr (kVPar) {
+          // P' = fp16(p·scale) of rows r (pk[0]) and r + 8 (pk[1]), heads 2(p & 1), +1; the weights it
+          // carries, p̃ = fp16(P') / scale (a zero scale: p), into Σp and Σp·zero (as kHiP)
+          const __half2 h01 = __floats2half2_rn(pv[0], pv[1]), h23 = __floats2half2_rn(pv[2], pv[3]);
+          const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
+          const uint32_t pk[2] = {*reinterpret_cast<const uint32_t*>(&h01), *reinterpret_cast<const uint32_t*>(&h23)};
+          const float i0 = dev::rcp_fast(sc0), i1 = dev::rcp_fast(sc1);
+          const float wt[4] = {sc0 != 0.f ? f01.x * i0 : x4[0], sc0 != 0.f ? f01.y * i0 : x4[1],
+                               sc1 != 0.f ? f23.x * i1 : x4[2], sc1 != 0.f ? f23.y * i1 : x4[3]};
 #pragma unroll
-        for (int c = 0; c < 2; ++c) zs[c] = fmaf(x4[c], z0, fmaf(x4[c + 2], z1, zs[c]));
+          for (int c = 0; c < 2; ++c) {
+            zs[c] = fmaf(wt[c], z0, fmaf(wt[c + 2], z1, zs[c]));
+            sm.l[c] += wt[c] + wt[c + 2];
+          }
+          // B of k-step j (half j >> 1, row set j & 1), k slots p (b0) and p + 4 (b1): head r & 3's P'
+          // of their rows, from the lane of half j >> 1 holding that row and head pair
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+              pbv[j][u] = __byte_perm(__shfl_sync(dev::kFull, pk[j & 1], p_src[u] + 2 * (j >> 1)), 0u, p_sel);
+        } else {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) zs[c] = fmaf(x4[c], z0, fmaf(x4[c + 2], z1, zs[c]));
+        }
         // P' matrix of half h: columns 0–3 fp16(P') (lanes p < 2), 4–7 P' − fp16(P') (lanes p ≥ 2).
         // Each lane splits its own P' into hi and lo, keeps the part its columns
         // hold and sends the other to lane p ^ 2 (whose columns hold that part of
@@ -1024,8 +1080,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           dst[1][0][0] = dev::movmatrix_trans(hi_lane ? oth[0] : own[0]);
           dst[1][0][1] = dev::movmatrix_trans(hi_lane ? oth[1] : own[1]);
         };
-        p_frags(pb[0], pv);
-        turbo_frags(x4, f0, v0, v1, p_frags);
+        if constexpr (!kVPar) {
+          p_frags(pb[0], pv);
+          turbo_frags(x4, f0, v0, v1, p_frags);
+        }
       } else {
         float x[2][4];
 #pragma unroll
@@ -1139,7 +1197,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       // somewhere in the warp: rare after the first tiles).
       if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i)
+        for (int i = 0; i < NACC; ++i)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[i][j] *= alpha[j & 1];
         if constexpr (Q::kQjl) {
@@ -1224,6 +1282,35 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             }
           }
         }
+      } else if constexpr (kVPar) {
+        // k-step j: the words of k slots p, p + 4 (rows of row set j & 1 in half j >> 1); m-tile i takes
+        // word i >> 1, nibbles 2(i & 1) (row r: c·2^-24) and 2(i & 1) + 1 (row r + 8: c·2^-20), each with
+        // nibble + 4 beside it (e = 1) — masked in place, exact
+        uint32_t x[4][2][2];  // [k-step][slot u][word]
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const uint8_t* vb = hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst;
+            x[j][u][0] = ld_u32(vb);
+            x[j][u][1] = ld_u32(vb + 32);
+          }
+        // the warp's codes 2 bytes into a word: row 7's second words take codes 0, 1 from the word before them
+        // (predicated: a warp-uniform branch around it made the body 17 instructions longer, cuobjdump)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+            if (v_wrap) x[j][u][1] = __byte_perm(x[j][u][1], ld_u32(hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst - 32), 0x7610u);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int i = 0; i < NACC; ++i) {
+            auto nib = [&](uint32_t w, int row8) { return ((i & 1) ? w >> 8 : w) & (row8 ? 0x00f000f0u : 0x000f000fu); };
+            const uint32_t af[4] = {nib(x[j][0][i >> 1], 0), nib(x[j][0][i >> 1], 1), nib(x[j][1][i >> 1], 0),
+                                    nib(x[j][1][i >> 1], 1)};
+            dev::mma_16816(acc[i], af, pbv[j][0], pbv[j][1]);
+          }
       } else if constexpr (C::kValueBits == 4) {
         // Unit slot w: 4 dims of each token → m-tiles 2w, 2w+1. wab / wcd: the slot's 16 bits of the
         // tokens of k-slots 2p, 2p+1 / 2p+8, 2p+9 (low / high half), one PRMT each. u16 words: lane row
@@ -1232,7 +1319,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         // (k < NV2), slot w is half w & 1 of word w >> 1; where v_s = 1 (codes 2 bytes past a word)
         // the last slot of row 7 is unit 0, the high half of the word 32 bytes back, read by that row
         // alone.
-        constexpr int NV2 = kVWords ? Q::kVChunk / 4 : 1, WS = 16;
+        constexpr int NV2 = kVWords ? Q::kVChunk / 4 : 1;
+        [[maybe_unused]] constexpr int WS = 16;
         [[maybe_unused]] uint32_t xw[2][4][NV2];
         if constexpr (kVWords) {
 #pragma unroll
@@ -1359,7 +1447,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
   // ---- write this warp's part: O = (Σ c·P' (scaled back) + Σ p·zero) / Σ p ----
-  if constexpr (PK) {  // add the lo columns (lanes p + 2) to the hi columns
+  if constexpr (PK && !kVPar) {  // add the lo columns (lanes p + 2) to the hi columns
 #pragma unroll
     for (int i = 0; i < D / 16; ++i)
 #pragma unroll
@@ -1441,8 +1529,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     for (int c = 0; c < 2; ++c) {
       const float l = total(sm.l[c]);
       const float z = total(zs[c]);
-      const int g = 2 * p + c;
-      if (g >= group() || (PK && !hi_lane)) continue;
+      // kVPar: every lane, head 2(p & 1) + c, columns e = p >> 1
+      const int g = kVPar ? 2 * (p & 1) + c : 2 * p + c;
+      if (g >= group() || (PK && !kVPar && !hi_lane)) continue;
       const int qh_idx = dev::query_head<(H < 0)>(a, kvh, g0 + g);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       // m-tile i: 4-bit values, acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20; 3-bit values,
@@ -1453,24 +1542,27 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       };
       // output dim of acc row r of m-tile i (row r + 8: the next): kVWords, 4 · the unit of slot w = i >> 1
       // (2r + v_s + 16·(w >> 1) + (w & 1), mod D/4) + 2·(i & 1); else QCfg::out_dim
+      // kVPar: word i >> 1's nibble 2(i & 1) + 4e (e = p >> 1) of this lane's words, (64(i >> 1) + 8r + 4v_s
+      // + 2(i & 1) + 4e) mod 128
       auto vdim = [&](int i) {
+        if constexpr (kVPar) return (64 * (i >> 1) + 8 * r + 4 * v_s + 2 * (i & 1) + 4 * (p >> 1)) & (D - 1);
         if constexpr (kVWords) return 4 * ((2 * r + v_s + 16 * (i >> 2) + ((i >> 1) & 1)) & (D / 4 - 1)) + 2 * (i & 1);
         return Q::out_dim(r, i);
       };
       if (a.parts == 1) {
         __half* o = out_row(qh_idx);
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i)
+        for (int i = 0; i < NACC; ++i)
           *reinterpret_cast<__half2*>(o + vdim(i)) =
               __floats2half2_rn(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
       } else {
         const int64_t row = part_row(qh_idx);
         float* o = a.o_part + row * D;
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i)
+        for (int i = 0; i < NACC; ++i)
           *reinterpret_cast<float2*>(o + vdim(i)) =
               make_float2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
-        if (r == 0) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
+        if (r == 0 && (!kVPar || p < 2)) a.lse_part[row] = l > 0.f ? sm.m[c] + __log2f(l) : -INFINITY;
       }
     }
   }
