@@ -60,7 +60,10 @@
 //            two MMAs). Packed: lanes p < 2 then finish half 0, lanes p ≥ 2 half 1
 //            (one shuffle exchanges the partial scores), so the per-token work —
 //            norm, 1/‖c‖, exp2, scale, zero — runs once per token.
-//   values : O^T += V^T · P'^T. 4-bit codes (lane row r: the u16 words at bytes 2r + 16w,
+//   values : O^T += V^T · P'^T. 8-head packed kernels at d = 128, 4-bit codes (kVPar, run 43): the
+//            k slots are 8 tokens × e ∈ {0, 1}, P' column h (e = 0) and 4 + h (e = 1) for head h, so
+//            an A register is one token's nibbles i, i + 4 masked in place in one aligned word (no
+//            joining PRMT, half the loads, 16 accumulator registers). Else: 4-bit codes (lane row r: the u16 words at bytes 2r + 16w,
 //            bank-conflict free, QCfg::kVRowBytes): A is the code nibble masked in place,
 //            the fp16 subnormal c·2^-24 (row r) or c·2^-20 (row r+8): exact; the
 //            scalings are undone at the write-out. 3-bit codes (lane row r: its chunk of
