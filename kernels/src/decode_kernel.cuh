@@ -63,7 +63,8 @@
 //   values : O^T += V^T · P'^T. 8-head packed kernels at d = 128, 4-bit codes (kVPar, run 43): the
 //            k slots are 8 tokens × e ∈ {0, 1}, P' column h (e = 0) and 4 + h (e = 1) for head h, so
 //            an A register is one token's nibbles i, i + 4 masked in place in one aligned word (no
-//            joining PRMT, half the loads, 16 accumulator registers). Else: 4-bit codes (lane row r: the u16 words at bytes 2r + 16w,
+//            joining PRMT, half the loads, 16 accumulator registers). Other 4-bit codes (lane row r:
+//            the u16 words at bytes 2r + 16w,
 //            bank-conflict free, QCfg::kVRowBytes): A is the code nibble masked in place,
 //            the fp16 subnormal c·2^-24 (row r) or c·2^-20 (row r+8): exact; the
 //            scalings are undone at the write-out. 3-bit codes (lane row r: its chunk of
@@ -791,20 +792,21 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // summed into Σp, Σp·zero). Both halves of an A register are then one token's codes, masked in place
   // from one aligned 4-byte word (nibbles i and i + 4: e = 0 and 1) — no joining PRMT of two tokens' u16
   // loads — and acc is 16 registers instead of 32. Lane (r, p) reads the words r and r + 8 of the value
-  // codes (dims 8r … 8r + 7 and 64 + 8r …, from 4 bytes in where v_s: row 7's second word then joins the
-  // word before the codes, which holds dims 0–3) of the tokens of k slots p and p + 4: score rows
-  // kVRows(p), kVRows(p + 4) of the row set j & 1 of half j >> 1 in k-step j. kVRowStep: rows σp and
-  // σp + 1 (σ = 2) or p and p + 4 (σ = 1), whichever puts the four slot lanes' words on disjoint 8-bank
-  // groups (row stride · σ ≡ ±8 words mod 32); 0: no such step, the u16 path.
+  // codes (dims 8r … 8r + 7 and 64 + 8r …; where v_s, 2 bytes on: dims 8r + 4 …, and row 7's second word
+  // then joins the word before the codes, which holds dims 0–3) of the tokens of k slots p and p + 4:
+  // the score rows σp, σp + 1 (σ = kVRowStep = 2) or p, p + 4 (σ = 1) of row set j & 1 of half j >> 1 in
+  // k-step j, σ the step that puts the four slot lanes' words on disjoint 8-bank groups (row stride ·
+  // σ ≡ ±8 words mod 32; 0: there is none, the u16 path).
   constexpr int kVStrideW = (ring_row_bytes<C, P>(kH > 0 ? kH : 1) / 4) % 32;
-  constexpr int kVRowStep = (kVStrideW % 32 == 8 || kVStrideW % 32 == 24) ? 1 : ((2 * kVStrideW) % 32 == 8 || (2 * kVStrideW) % 32 == 24) ? 2 : 0;
-  constexpr bool kVPar = C::kValueBits == 4 && !Q::kTurbo && !Q::kQjl && Q::kTB == 1 && !P && !TM && PK && kH == 8 && D == 128 &&
-                         !kEvenOdd && !kSpread && ring_row_bytes<C, P>(kH > 0 ? kH : 1) % 4 == 0 && kVRowStep > 0;
+  constexpr int kVRowStep = kVStrideW % 16 == 8 ? 1 : kVStrideW % 8 == 4 ? 2 : 0;
+  constexpr bool kVPar = C::kValueBits == 4 && !Q::kTurbo && !Q::kQjl && Q::kTB == 1 && !P && !TM && PK && kH == 8 &&
+                         D == 128 && !kEvenOdd && !kSpread && ring_row_bytes<C, P>(kH > 0 ? kH : 1) % 4 == 0 &&
+                         kVRowStep > 0;
   [[maybe_unused]] const int v_s = kVWords || kVPar ? (rm.code >> 1) & 1 : 0;
   [[maybe_unused]] const bool v_wrap = v_s && r == 7;
-  // kVPar: this lane's value word offsets (slot p, slot p + 4) in a half's row set 0, the P' sources
-  // (the lanes holding those rows' p of query heads 2(r/2 & 1), +1 in half 0) and the PRMT putting head r & 3's
-  // P' in half r >> 2 of the B register (the other half 0)
+  // kVPar: this lane's value word offsets (slots p, p + 4) in a half's row set 0, the P' sources (the
+  // lanes holding those rows' p of query heads 2(r/2 & 1), +1 in half 0) and the PRMT that puts head
+  // r & 3's P' in half r >> 2 of the B register (the other half 0)
   [[maybe_unused]] int v_off[2] = {0, 0}, p_src[2] = {0, 0};
   [[maybe_unused]] uint32_t p_sel = 0u;
   if constexpr (kVPar) {
@@ -1041,7 +1043,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           // carries, p̃ = fp16(P') / scale (a zero scale: p), into Σp and Σp·zero (as kHiP)
           const __half2 h01 = __floats2half2_rn(pv[0], pv[1]), h23 = __floats2half2_rn(pv[2], pv[3]);
           const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
-          const uint32_t pk[2] = {*reinterpret_cast<const uint32_t*>(&h01), *reinterpret_cast<const uint32_t*>(&h23)};
+          const uint32_t pk[2] = {*reinterpret_cast<const uint32_t*>(&h01),
+                                  *reinterpret_cast<const uint32_t*>(&h23)};
           const float i0 = dev::rcp_fast(sc0), i1 = dev::rcp_fast(sc1);
           const float wt[4] = {sc0 != 0.f ? f01.x * i0 : x4[0], sc0 != 0.f ? f01.y * i0 : x4[1],
                                sc1 != 0.f ? f23.x * i1 : x4[2], sc1 != 0.f ? f23.y * i1 : x4[3]};
@@ -1298,18 +1301,23 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
             x[j][u][0] = ld_u32(vb);
             x[j][u][1] = ld_u32(vb + 32);
           }
-        // the warp's codes 2 bytes into a word: row 7's second words take codes 0, 1 from the word before them
-        // (predicated: a warp-uniform branch around it made the body 17 instructions longer, cuobjdump)
+        // the warp's codes 2 bytes into a word: row 7's second words take codes 0, 1 from the word before
+        // the codes (predicated: a warp-uniform branch around it made the body 17 instructions longer)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int u = 0; u < 2; ++u)
-            if (v_wrap) x[j][u][1] = __byte_perm(x[j][u][1], ld_u32(hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst - 32), 0x7610u);
+            if (v_wrap) {
+              const uint8_t* vb = hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst;
+              x[j][u][1] = __byte_perm(x[j][u][1], ld_u32(vb - 32), 0x7610u);  // codes 62, 63 | 0, 1
+            }
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int i = 0; i < NACC; ++i) {
-            auto nib = [&](uint32_t w, int row8) { return ((i & 1) ? w >> 8 : w) & (row8 ? 0x00f000f0u : 0x000f000fu); };
+            auto nib = [&](uint32_t w, int row8) {
+              return ((i & 1) ? w >> 8 : w) & (row8 ? 0x00f000f0u : 0x000f000fu);
+            };
             const uint32_t af[4] = {nib(x[j][0][i >> 1], 0), nib(x[j][0][i >> 1], 1), nib(x[j][1][i >> 1], 0),
                                     nib(x[j][1][i >> 1], 1)};
             dev::mma_16816(acc[i], af, pbv[j][0], pbv[j][1]);
