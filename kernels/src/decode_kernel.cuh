@@ -778,15 +778,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // kKeyRun: the byte offset (0 or 2) of this lane's key runs in their first aligned word — the same
   // in every piece (16-row pieces of even rows, 128-byte aligned) and in rows r and r + d8 (d8 · kst ≡ 0 mod 4)
   [[maybe_unused]] const uint32_t run_off = uint32_t(rm.key + tr * rm.kst + 12 * p) & 2u;
-  // 4-bit values, vLLM layout, 16 heads per CTA, G ≤ 4, d = 128: each lane row reads its codes as
-  // aligned 4-byte words instead of u16 (half the shared-memory wavefronts where a warp's codes are
-  // word aligned, 3/4 where they are not). Kept where it measured faster (kernels.md run 40: 32/16 and
-  // 64/16 −1.6 … −2.4% at 32K); at 8 heads it was within ±1% at G 4 and 3–5% slower at 64/8 and 28/4
-  // (G > 4, where ptxas spilled more). v_s: this warp's codes start 2 bytes past a word (rows and
-  // pieces are 4-byte aligned here); v_wrap: lane row 7 then reads unit 0 as its last (write-out: vdim).
-  constexpr bool kVWords = C::kValueBits == 4 && !Q::kTurbo && !P && PK && kH == 16 && D == 128;
-  static_assert(!kVWords || ring_row_bytes<C, P>(kH) % 4 == 0, "v_s is the same in every token row");
-  // 4-bit values, vLLM layout, 8 heads per CTA, G ≤ 4, d = 128, one value block (kVPar): the k slots of
+  // 4-bit values, vLLM layout, 8 or 16 heads per CTA, G ≤ 4, d = 128, one value block (kVPar): the k slots of
   // each value MMA are (token, e) pairs and the m-tile covers 32 dims, e = 0 in P' columns 0–3 (query
   // heads 0–3) and e = 1 in columns 4–7, P' = fp16(p·scale) alone (as kHiP: the weights P' carries are
   // summed into Σp, Σp·zero). Both halves of an A register are then one token's codes, masked in place
@@ -799,9 +791,17 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // σ ≡ ±8 words mod 32; 0: there is none, the u16 path).
   constexpr int kVStrideW = (ring_row_bytes<C, P>(kH > 0 ? kH : 1) / 4) % 32;
   constexpr int kVRowStep = kVStrideW % 16 == 8 ? 1 : kVStrideW % 8 == 4 ? 2 : 0;
-  constexpr bool kVPar = C::kValueBits == 4 && !Q::kTurbo && !Q::kQjl && Q::kTB == 1 && !P && !TM && PK && kH == 8 &&
-                         D == 128 && !kEvenOdd && !kSpread && ring_row_bytes<C, P>(kH > 0 ? kH : 1) % 4 == 0 &&
-                         kVRowStep > 0;
+  constexpr bool kVPar = C::kValueBits == 4 && !Q::kTurbo && !Q::kQjl && Q::kTB == 1 && !P && !TM && PK &&
+                         (kH == 8 || kH == 16) && D == 128 && !kEvenOdd && !kSpread &&
+                         ring_row_bytes<C, P>(kH > 0 ? kH : 1) % 4 == 0 && kVRowStep > 0;
+  // 4-bit values, vLLM layout, 16 heads per CTA, G ≤ 4, d = 128, where kVPar does not apply (kSpread:
+  // 4bit_nc): each lane row reads its codes as aligned 4-byte words instead of u16 (half the
+  // shared-memory wavefronts where a warp's codes are word aligned, 3/4 where they are not). Kept where it measured faster (kernels.md run 40: 32/16 and
+  // 64/16 −1.6 … −2.4% at 32K); at 8 heads it was within ±1% at G 4 and 3–5% slower at 64/8 and 28/4
+  // (G > 4, where ptxas spilled more). v_s: this warp's codes start 2 bytes past a word (rows and
+  // pieces are 4-byte aligned here); v_wrap: lane row 7 then reads unit 0 as its last (write-out: vdim).
+  constexpr bool kVWords = C::kValueBits == 4 && !Q::kTurbo && !P && PK && kH == 16 && D == 128 && !kVPar;
+  static_assert(!kVWords || ring_row_bytes<C, P>(kH) % 4 == 0, "v_s is the same in every token row");
   [[maybe_unused]] const int v_s = kVWords || kVPar ? (rm.code >> 1) & 1 : 0;
   [[maybe_unused]] const bool v_wrap = v_s && r == 7;
   // kVPar: this lane's value word offsets (slots p, p + 4) in a half's row set 0, the P' sources (the
