@@ -33,6 +33,22 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   const int2 si = a.items == a.batch ? make_int2(b, 1) : a.seq_items[b];
   const int n = si.y * a.wph;
   const int64_t row0 = (int64_t(h) * a.items + si.x) * a.wph;
+  const int d = 2 * x;
+  // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
+  // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
+  // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute; kernels.md run 23). The first U
+  // (parts y, y + P, …) go out here, with the lse loads: they need no weight, so the max, the
+  // weights and these loads take one L2 round trip instead of two.
+  constexpr int U = 8;
+  const int64_t step = int64_t(P) * head_dim;
+  float2 first[U];
+  {
+    const int m = min(a.parts, n);
+    const float* p = a.o_part + (row0 + y) * head_dim + d;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      first[u] = y + u * P < m ? *reinterpret_cast<const float2*>(p + u * step) : make_float2(0.f, 0.f);
+  }
   float mx = -INFINITY;
   for (int i = tid; i < n; i += nthreads) mx = fmaxf(mx, a.lse_part[row0 + i]);
 #pragma unroll
@@ -40,7 +56,6 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   if ((tid & 31) == 0) wmax[tid >> 5] = mx;
   __syncthreads();
   for (int w = 0; w < nwarps; ++w) mx = fmaxf(mx, wmax[w]);
-  const int d = 2 * x;
   float den = 0.f, n0 = 0.f, n1 = 0.f;
   // parts [base, base + a.parts) per pass: one pass unless seq_lens exceed the plan's max_seq_len
   for (int base = 0; base < n; base += a.parts) {
@@ -48,17 +63,14 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
     for (int i = tid; i < m; i += nthreads) wgt[i] = mx == -INFINITY ? 0.f : exp2f(a.lse_part[row0 + base + i] - mx);
     __syncthreads();
     const float* op = a.o_part + (row0 + base) * head_dim + d;
-    // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
-    // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
-    // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute; kernels.md run 23).
-    constexpr int U = 8;
-    const int64_t step = int64_t(P) * head_dim;
     const float* p = op + int64_t(y) * head_dim;
     for (int i0 = y; i0 < m; i0 += U * P, p += U * step) {
       float2 v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        v[u] = i0 + u * P < m ? *reinterpret_cast<const float2*>(p + u * step) : make_float2(0.f, 0.f);
+        v[u] = base == 0 && i0 == y ? first[u]
+               : i0 + u * P < m     ? *reinterpret_cast<const float2*>(p + u * step)
+                                    : make_float2(0.f, 0.f);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int i = i0 + u * P;
