@@ -346,6 +346,7 @@ int run_gpu(const Args& a) {
       dj.set("pct_copy", 100 * d.gbps / copy.gbps);
       dj.set("num_splits", d.plan.num_splits);
       dj.set("items", d.plan.items);  // CTAs per head group the batch's tokens are dealt out over
+      dj.set("balance_slots", d.plan.balance_slots);  // > 0: short last chunks on the CTA slots a wave leaves idle
       dj.set("parts", d.plan.parts);
       dj.set("heads_per_cta", d.plan.heads_per_cta);
       dj.set("tensor_map", d.plan.tensor_map);  // 16-token page slices as tensor-map boxes (CTAs of some heads)

@@ -33,6 +33,22 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   const int2 si = a.items == a.batch ? make_int2(b, 1) : a.seq_items[b];
   const int n = si.y * a.wph;
   const int64_t row0 = (int64_t(h) * a.items + si.x) * a.wph;
+  const int d = 2 * x;
+  // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
+  // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
+  // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute; kernels.md run 23). The first U
+  // (parts y, y + P, …) go out here, with the lse loads: they need no weight, so the max, the
+  // weights and these loads take one L2 round trip instead of two.
+  constexpr int U = 8;
+  const int64_t step = int64_t(P) * head_dim;
+  float2 first[U];
+  {
+    const int m = min(a.parts, n);
+    const float* p = a.o_part + (row0 + y) * head_dim + d;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      first[u] = y + u * P < m ? *reinterpret_cast<const float2*>(p + u * step) : make_float2(0.f, 0.f);
+  }
   float mx = -INFINITY;
   for (int i = tid; i < n; i += nthreads) mx = fmaxf(mx, a.lse_part[row0 + i]);
 #pragma unroll
@@ -40,7 +56,6 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   if ((tid & 31) == 0) wmax[tid >> 5] = mx;
   __syncthreads();
   for (int w = 0; w < nwarps; ++w) mx = fmaxf(mx, wmax[w]);
-  const int d = 2 * x;
   float den = 0.f, n0 = 0.f, n1 = 0.f;
   // parts [base, base + a.parts) per pass: one pass unless seq_lens exceed the plan's max_seq_len
   for (int base = 0; base < n; base += a.parts) {
@@ -48,17 +63,14 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
     for (int i = tid; i < m; i += nthreads) wgt[i] = mx == -INFINITY ? 0.f : exp2f(a.lse_part[row0 + base + i] - mx);
     __syncthreads();
     const float* op = a.o_part + (row0 + base) * head_dim + d;
-    // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
-    // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
-    // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute; kernels.md run 23).
-    constexpr int U = 8;
-    const int64_t step = int64_t(P) * head_dim;
     const float* p = op + int64_t(y) * head_dim;
     for (int i0 = y; i0 < m; i0 += U * P, p += U * step) {
       float2 v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        v[u] = i0 + u * P < m ? *reinterpret_cast<const float2*>(p + u * step) : make_float2(0.f, 0.f);
+        v[u] = base == 0 && i0 == y ? first[u]
+               : i0 + u * P < m     ? *reinterpret_cast<const float2*>(p + u * step)
+                                    : make_float2(0.f, 0.f);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int i = i0 + u * P;
@@ -188,12 +200,34 @@ void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head
   plan.smem_bytes = stages * stage_bytes + fixed_dyn;
 }
 
-void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan) {
+// Makespans in tiles with a fixed cost of kFixed tiles per CTA (dev::work_item_balanced's), every
+// sequence at max_tiles: the usual dealing ⌈batch · S / slots⌉ waves of ⌈max_tiles / S⌉ + kFixed; the
+// balanced one max(L + kFixed, ⌈batch / idle⌉ · (r + kFixed)), L = ⌈batch · max_tiles / slots⌉, r the
+// last chunk's tiles, idle the slots the full chunks leave — where the device keeps it for these
+// lengths (batch · (r + kFixed) ≤ idle · (L + kFixed)).
+int balance_slots(int batch, int max_tiles, int slots, int splits) {
+  constexpr int kFixed = 2;
+  if (batch <= 0 || slots <= batch || max_tiles <= 1) return 0;
+  const long long L = (static_cast<long long>(batch) * max_tiles + slots - 1) / slots;
+  const long long c = (max_tiles + L - 1) / L, r = max_tiles - (c - 1) * L, n1 = batch * (c - 1);
+  if (r == L || n1 >= slots) return 0;  // equal chunks already, or not one wave
+  const long long idle = slots - n1;
+  if (batch * (r + kFixed) > idle * (L + kFixed)) return 0;  // the device's test (work_item_balanced)
+  const double usual = std::ceil(double(batch) * splits / slots) * (std::ceil(double(max_tiles) / splits) + kFixed);
+  const double balanced = std::max<double>(L + kFixed, double((batch + idle - 1) / idle) * double(r + kFixed));
+  return balanced <= 0.98 * usual ? slots : 0;
+}
+
+void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan, bool balance) {
   const int tile = sub_tokens * plan.warps_per_head, batch = p.blocks.batch;
   const int groups = batch * plan.head_groups, slots = sm_count * plan.ctas_per_sm;
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
   plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
+  plan.balance_slots = balance && p.num_splits <= 0 && plan.head_groups == 1
+                           ? balance_slots(batch, max_tiles, slots, plan.num_splits)
+                           : 0;
+  if (plan.balance_slots > 0) plan.items = plan.balance_slots + batch;  // dev::work_item_balanced
   // for_each_query_slice, or one launch for both slices (query_slices, set by the planner before)
   plan.query_passes = plan.query_slices == 2 ? 1 : query_passes(p.n_q_heads / (plan.head_groups * plan.heads_per_cta));
   // parts per (sequence, q head), at most (the merge's shared-memory weights): a sequence of
@@ -347,7 +381,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
                                 plan.warps_per_head, sliced, plan.tensor_map, plan.query_slices};
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
-    finish_plan(p, f.head_dim, sm_count, kSub, plan);
+    finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/true);
     return plan;
   };
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
@@ -368,6 +402,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   t.rot_scale = f.rot_scale;
   t.lut_scale = f.lut_scale;
   t.nc = f.norm_correction ? 1 : 0;
+  t.balance = plan.balance_slots;
   t.qjl_scale = f.qjl_scale;
   for (int w = 0; w < 4; ++w) {
     t.s1[w] = f.turbo_s1[w];

@@ -23,6 +23,9 @@ struct DecodeTables {
   float lut_scale;  // α
   int nc;
   uint32_t s1[4], s2[4];  // turbo: sign tables (bit i set = −1), q′ = s2·H·(s1·q)/√128
+  // > 0: DecodePlan::balance_slots, the tokens dealt out by dev::work_item_balanced (here, not in
+  // DecodeArgs: a larger DecodeArgs changed our FP16 kernel's SASS, which never balances)
+  int balance;
 };
 // turbo4-qjl kernels' tables (a separate type: a larger DecodeTables parameter changed the
 // other kernels' register allocation and schedules)

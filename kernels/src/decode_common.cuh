@@ -90,6 +90,7 @@ struct WorkItem {
   int k;      // chunk of the sequence (0 … count − 1)
   int count;  // count_b
   Range r;
+  int row;    // the item's number, first_b + k: its rows of the parts (the CTA's index but in work_item_balanced)
 };
 
 __device__ __forceinline__ int tiles_of(int len, int tile) { return len > 0 ? (len - 1) / tile + 1 : 0; }
@@ -125,6 +126,23 @@ struct LaneLens {
   __device__ __forceinline__ int tiles(int b) const { return b < 32 * kRegs ? pick(t_r, b) : tiles_of(len(b), tile); }
 };
 
+// Σ t_b over the batch, and the largest t_b (tmax). (chunk_tiles keeps its own copy of the loop, and
+// work_item of set_range's: calling them from there changed our FP16 kernel's SASS.)
+__device__ __forceinline__ long long total_tiles(const LaneLens& ll, int& tmax) {
+  unsigned lo = 0, hi = 0;  // Σ t in two halves (t < 2^27: per-lane sums and the warp's fit in 32 bits)
+  tmax = 0;
+#pragma unroll 2
+  for (int b = ll.lane; b < ll.batch; b += 32) {
+    const int t = ll.tiles(b);
+    lo += unsigned(t) & 0xffffu;
+    hi += unsigned(t) >> 16;
+    tmax = max(tmax, t);
+  }
+  const long long total = (static_cast<long long>(__reduce_add_sync(kFull, hi)) << 16) + __reduce_add_sync(kFull, lo);
+  tmax = int(__reduce_max_sync(kFull, unsigned(tmax)));
+  return total;
+}
+
 // L, the chunk in tiles (n_items > batch).
 __device__ __forceinline__ int chunk_tiles(const LaneLens& ll, int n_items) {
   unsigned lo = 0, hi = 0;  // Σ t in two halves (t < 2^27: per-lane sums and the warp's fit in 32 bits)
@@ -155,8 +173,15 @@ __device__ __forceinline__ int chunk_tiles(const LaneLens& ll, int n_items) {
   return a;
 }
 
+// The token range of chunk w.k of a sequence of len tokens.
+__device__ __forceinline__ void set_range(WorkItem& w, int len, int chunk, int tile) {
+  w.r.begin = w.k * chunk;
+  w.r.end = min(len, w.r.begin + min(chunk, len));
+  w.r.tiles = w.r.begin < w.r.end ? tiles_of(w.r.end - w.r.begin, tile) : 0;
+}
+
 __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, int n_items, int tile, int item) {
-  WorkItem w{-1, 0, 1, {0, 0, 0}};
+  WorkItem w{-1, 0, 1, {0, 0, 0}, item};
   int chunk, len = 0;  // tokens
   if (n_items == batch) {
     w.b = item;
@@ -197,6 +222,72 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
     w.r.tiles = w.r.begin < w.r.end ? tiles_of(w.r.end - w.r.begin, tile) : 0;
   }
   return w;
+}
+
+// Balanced dealing (the quantized decode where DecodePlan::balance_slots > 0: one head group,
+// `slots` = the CTAs the device runs at once, n_items = slots + batch). Chunks of
+// L = ⌈Σ t_b / slots⌉ tiles; CTAs 0 … N1 − 1 (N1 = Σ (count_b − 1)) take every sequence's chunks but
+// its last, all full, and CTA N1 + b takes sequence b's last chunk. CTAs start in index order, so
+// the full chunks run in one wave and the short last chunks fill the slots left over, then the
+// ones the short chunks free: at B 32 × 32K on 132 SMs, 128 chunks of 125 tiles and 32 of 12 tiles
+// on the 4 idle SMs, where the usual dealing runs 128 chunks of 128 tiles. Items keep the usual
+// sequence-major numbers (row = first_b + k), so the merge reads each sequence's parts as one run.
+// Where the last chunks would not fit in the idle slots (Σ (r_b + 2) > (slots − N1) · (L + 2)
+// tiles, r_b = t_b − (count_b − 1) · L: a ragged batch), the usual dealing over `slots` items.
+__device__ __forceinline__ WorkItem work_item_balanced(const int32_t* lens, int batch, int n_items, int tile,
+                                                       int item, int slots) {
+  constexpr int kFixed = 2;  // a CTA's fixed cost in tiles (prologue, ring fill, write-out)
+  {
+    const LaneLens ll(lens, batch, tile);
+    int tmax;
+    const long long total = total_tiles(ll, tmax);
+    const int L = int(max(1LL, (total + slots - 1) / slots));
+    int n1 = 0;
+    unsigned rlo = 0, rhi = 0;  // Σ (r_b + kFixed) in two halves, as total_tiles
+#pragma unroll 1
+    for (int b = ll.lane; b < batch; b += 32) {
+      const int t = ll.tiles(b), c = chunks_of(t, L), r = t - (c - 1) * L + kFixed;
+      n1 += c - 1;
+      rlo += unsigned(r) & 0xffffu;
+      rhi += unsigned(r) >> 16;
+    }
+    n1 = int(__reduce_add_sync(kFull, unsigned(n1)));
+    const long long rsum = (static_cast<long long>(__reduce_add_sync(kFull, rhi)) << 16) + __reduce_add_sync(kFull, rlo);
+    if (n1 < slots && n1 + batch <= n_items && rsum <= static_cast<long long>(slots - n1) * (L + kFixed)) {
+      WorkItem w{-1, 0, 1, {0, 0, 0}, item};
+      int len = 0, base = 0, base1 = 0;  // Σ count_b and Σ (count_b − 1) of the sequences before b0
+#pragma unroll 1
+      for (int b0 = 0; b0 < batch; b0 += 32) {
+        const int b = b0 + ll.lane;
+        const int n = b < batch ? ll.len(b) : 0;
+        const int c = b < batch ? chunks_of(ll.tiles(b), L) : 0, c1 = max(c - 1, 0);
+        int incl = c, incl1 = c1;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int v = __shfl_up_sync(kFull, incl, o), v1 = __shfl_up_sync(kFull, incl1, o);
+          if (ll.lane >= o) incl += v, incl1 += v1;
+        }
+        const int first = base + incl - c, first1 = base1 + incl1 - c1;
+        const bool mine = item < n1 ? item >= first1 && item < first1 + c1 : b < batch && b == item - n1;
+        const unsigned m = __ballot_sync(kFull, mine);
+        if (m) {
+          const int src = __ffs(m) - 1;
+          w.b = b0 + src;
+          w.count = __shfl_sync(kFull, c, src);
+          w.k = item < n1 ? item - __shfl_sync(kFull, first1, src) : w.count - 1;
+          w.row = __shfl_sync(kFull, first, src) + w.k;
+          len = __shfl_sync(kFull, n, src);
+          break;
+        }
+        base += __shfl_sync(kFull, incl, 31);
+        base1 += __shfl_sync(kFull, incl1, 31);
+      }  // not found: an unused CTA
+      if (w.b >= 0) set_range(w, len, L * tile, tile);
+      return w;
+    }
+  }
+  if (item >= slots) return WorkItem{-1, 0, 1, {0, 0, 0}, item};
+  return work_item(lens, batch, slots, tile, item);
 }
 
 // 2^x with one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, −inf → 0, results below 2^-126 → 0);
@@ -357,8 +448,14 @@ struct DecodeParams;
 void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
                  int two_cta_min_stages, int cta_warps);
-// Split count (fixed or auto), query passes (from query_slices), parts and workspace size of a plan.
-void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan);
+// Split count (fixed or auto), query passes (from query_slices), parts and workspace size of a plan;
+// balance: the kernel can deal the tokens out by dev::work_item_balanced (DecodePlan::balance_slots).
+void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan,
+                 bool balance = false);
+// DecodePlan::balance_slots for a one-head-group decode of batch sequences of max_tiles tiles over
+// `slots` CTA slots with the auto split count `splits`: slots where the balanced dealing's makespan
+// model is ≥ 2% below the usual one's, else 0.
+int balance_slots(int batch, int max_tiles, int slots, int splits);
 int decode_device_sms();
 int decode_device_smem_optin();
 

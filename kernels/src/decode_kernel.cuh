@@ -478,10 +478,14 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   auto group = [&] { return NS == 1 ? a.group : min(8, a.group - g0); };
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = kSub * wph;
-  const dev::WorkItem wi = dev::work_item(a.seq_lens, a.batch, a.items, tile, item);  // every warp: the same
+  // every warp: the same
+  const dev::WorkItem wi = t.balance > 0 ? dev::work_item_balanced(a.seq_lens, a.batch, a.items, tile, item, t.balance)
+                                         : dev::work_item(a.seq_lens, a.batch, a.items, tile, item);
   if (wi.b < 0) return;  // an unused item (the lengths fit in fewer)
   const int b = wi.b;
-  if (wi.k == 0 && hg == 0 && tid == 0 && a.items != a.batch) a.seq_items[b] = make_int2(item, wi.count);  // for the merge
+  if (wi.k == 0 && hg == 0 && tid == 0 && a.items != a.batch) a.seq_items[b] = make_int2(wi.row, wi.count);  // for the merge
+  __shared__ int s_row;  // the parts' item row (wi.row), read back at the write-out
+  if (tid == 0) s_row = wi.row;
   const dev::Range rg = wi.r;
   const int kvh = hg * hpc + hl;
   const int r = lane >> 2, p = lane & 3;
@@ -1471,9 +1475,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     }
   }
   // Workspace row of query head qh_idx; parts == 1: the out row of sequence b = item (the
-  // plan has one item per sequence then). Both from blockIdx.x (S2R) rather than from
+  // plan has one item per sequence then). From s_row and blockIdx.x (S2R) rather than from
   // values kept in registers through the main loop.
-  auto part_row = [&](int qh_idx) { return (int64_t(qh_idx) * a.items + blockIdx.x) * wph + ws; };
+  const int row_item = s_row;
+  auto part_row = [&](int qh_idx) { return (int64_t(qh_idx) * a.items + row_item) * wph + ws; };
   auto out_row = [&](int qh_idx) { return a.out + int64_t(blockIdx.x) * a.o_sb + int64_t(qh_idx) * a.o_sh; };
   // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
   auto total = [&](float v) {

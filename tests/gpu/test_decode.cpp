@@ -45,6 +45,7 @@ struct DecodeCase {
   // has the same magnitude, so a token's codes all fall in one or two magnitude classes (the case
   // where a per-code rounding of squares would add up instead of averaging out)
   int spike_k = 0;
+  int sm_count = 0;  // > 0: the SM count the planner assumes (plan_decode*'s sm_count)
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 
@@ -185,11 +186,11 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   R.p.max_seq_len = c.plan_max_len > 0 ? c.plan_max_len : F.pg.max_len;
   if (c.fmt == "f16") {
     const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
-    R.plan = tq::cuda::plan_decode_f16(kc, R.p);
+    R.plan = tq::cuda::plan_decode_f16(kc, R.p, c.sm_count);
   } else {
     const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
     const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
-    R.plan = tq::cuda::plan_decode(kf, pc, R.p);
+    R.plan = tq::cuda::plan_decode(kf, pc, R.p, c.sm_count);
   }
   R.ws = std::make_unique<DevMem>(R.plan.workspace_bytes);
   return R;
@@ -612,6 +613,74 @@ TEST_CASE("decode: ragged batches dealt out over the grid (long, short and empty
     c.splits = 2;  // 400 items: sequences past the 128 whose lengths a lane keeps in registers (LaneLens)
     c.seed = 303;
     run_decode(c);
+  }
+}
+
+// DecodePlan::balance_slots: where a one-wave grid would leave CTA slots idle, the quantized decode
+// deals the tokens out in chunks of ⌈Σ tiles / slots⌉ with every sequence's short last chunk on those
+// slots (dev::work_item_balanced), and falls back to the usual dealing on the device where the
+// lengths leave the short chunks too long. The planner is made to choose it by a small SM count
+// (4 sequences of ≤ 4000 tokens: the first count it takes); then equal lengths, ragged ones that
+// still fit and ragged ones that fall back (an empty sequence among them), each against the
+// float64 reference. Our FP16 kernel never balances.
+TEST_CASE("decode: balanced dealing, short last chunks on the idle CTA slots (equal, ragged, fall-back lengths)",
+          "[decode]") {
+  const std::vector<std::vector<int>> lens_sets = {{4000, 4000, 4000, 4000}, {4000, 3000, 4000, 17},
+                                                   {4000, 1500, 1500, 1500}, {4000, 0, 1, 4000},
+                                                   {2500, 2500, 2500, 2500}};
+  // whether dev::work_item_balanced keeps the balanced dealing for these lengths (its rule, in tiles)
+  auto fits = [](const std::vector<int>& lens, int tile, int slots) {
+    long long total = 0;
+    for (int n : lens) total += (n + tile - 1) / tile;
+    const long long L = std::max(1LL, (total + slots - 1) / slots);
+    long long n1 = 0, rsum = 0;
+    for (int n : lens) {
+      const long long t = (n + tile - 1) / tile, c = t > L ? (t - 1) / L + 1 : 1;
+      n1 += c - 1;
+      rsum += t - (c - 1) * L + 2;
+    }
+    return n1 < slots && rsum <= (slots - n1) * (L + 2);
+  };
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4",
+                                "turbo3", "turbo4-qjl", "f16"}) {
+    INFO(fmt);
+    int sm = 0;
+    DecodePlan plan;
+    {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.lens = lens_sets[0];
+      tq::Rng rng(1);
+      Filled F = fill_cache(c, rng);
+      for (int n = 5; n <= 64 && !sm; ++n) {
+        c.sm_count = n;
+        plan = prepare(c, F, rng).plan;
+        if (plan.balance_slots > 0) sm = n;
+      }
+    }
+    if (fmt == "f16") {
+      REQUIRE(sm == 0);
+      continue;
+    }
+    REQUIRE(sm > 0);
+    INFO("sm_count " << sm << " items " << plan.items << " balance_slots " << plan.balance_slots);
+    REQUIRE(plan.items == plan.balance_slots + 4);
+    REQUIRE(plan.balance_slots == sm * plan.ctas_per_sm);
+    int kept = 0, fell_back = 0;
+    for (size_t i = 0; i < lens_sets.size(); ++i) {
+      DecodeCase c;
+      c.fmt = fmt;
+      c.lens = lens_sets[i];
+      c.plan_max_len = 4000;
+      c.sm_count = sm;
+      c.seed = 900 + i;
+      const double e = run_decode(c, [&](const DecodePlan& p, const Filled&) { REQUIRE(p.balance_slots == plan.balance_slots); });
+      (fits(c.lens, 32 * plan.warps_per_head, plan.balance_slots) ? kept : fell_back)++;
+      WARN(fmt << " balanced dealing on " << sm << " SMs, lengths set " << i << ": max rel error " << e);
+    }
+    REQUIRE(fits(lens_sets[0], 32 * plan.warps_per_head, plan.balance_slots));  // the planner's own case
+    REQUIRE(kept >= 1);
+    REQUIRE(fell_back >= 1);
   }
 }
 

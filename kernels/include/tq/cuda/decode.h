@@ -52,7 +52,7 @@ struct DecodeParams {
 // How a decode launch is laid out; from plan_decode*, passed back to the launcher.
 struct DecodePlan {
   int num_splits = 1;      // work items per sequence, on average (fixed or auto)
-  int items = 1;           // work items (CTAs) per head group: num_splits · batch
+  int items = 1;           // work items (CTAs) per head group: num_splits · batch (balance_slots: see there)
   int heads_per_cta = 1;   // kv heads one CTA streams: n_kv_heads when ≤ the kernel's warps, else 8 (n_kv_heads a
                            // multiple of 8; mse and turbo keys at head_dim ≤ 128: tensor_map) (FP16: a divisor ≤ 8)
   int warps_per_head = 1;  // warps sharing one kv head, one sub-tile each (FP16: 16 tokens, 8 warps per CTA;
@@ -75,6 +75,10 @@ struct DecodePlan {
                             // as one tensor-map box instead of 16 per-token copies (the launch falls back to
                             // those if the driver cannot encode the map)
   size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
+  int balance_slots = 0;  // quantized, auto splits, one head group: > 0 when the planner deals the tokens out in
+                          // chunks of ⌈Σ tiles / balance_slots⌉ with every sequence's short last chunk on the CTA
+                          // slots a one-wave grid leaves idle (B 32 on 132 SMs: 128 CTAs leave 4); items is then
+                          // balance_slots + batch (the CTAs past the chunks return at once)
 };
 
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p);
