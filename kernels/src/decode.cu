@@ -200,13 +200,13 @@ void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head
   plan.smem_bytes = stages * stage_bytes + fixed_dyn;
 }
 
-// Makespans in tiles with a fixed cost of kFixed tiles per CTA (dev::work_item_balanced's), every
+// Makespans in tiles with a fixed cost of kFixed tiles per CTA (dev::kBalanceFixedTiles), every
 // sequence at max_tiles: the usual dealing ⌈batch · S / slots⌉ waves of ⌈max_tiles / S⌉ + kFixed; the
 // balanced one max(L + kFixed, ⌈batch / idle⌉ · (r + kFixed)), L = ⌈batch · max_tiles / slots⌉, r the
 // last chunk's tiles, idle the slots the full chunks leave — where the device keeps it for these
 // lengths (batch · (r + kFixed) ≤ idle · (L + kFixed)).
 int balance_slots(int batch, int max_tiles, int slots, int splits) {
-  constexpr int kFixed = 2;
+  constexpr int kFixed = dev::kBalanceFixedTiles;
   if (batch <= 0 || slots <= batch || max_tiles <= 1) return 0;
   const long long L = (static_cast<long long>(batch) * max_tiles + slots - 1) / slots;
   const long long c = (max_tiles + L - 1) / L, r = max_tiles - (c - 1) * L, n1 = batch * (c - 1);

@@ -93,6 +93,10 @@ struct WorkItem {
   int row;    // the item's number, first_b + k: its rows of the parts (the CTA's index but in work_item_balanced)
 };
 
+// A CTA's fixed cost in tiles (prologue, ring fill, write-out), in the balanced dealing's rule
+// (dev::work_item_balanced) and the planner's model of it (balance_slots).
+constexpr int kBalanceFixedTiles = 2;
+
 __device__ __forceinline__ int tiles_of(int len, int tile) { return len > 0 ? (len - 1) / tile + 1 : 0; }
 __device__ __forceinline__ int chunks_of(int t, int L) { return t > L ? (t - 1) / L + 1 : 1; }
 
@@ -126,8 +130,10 @@ struct LaneLens {
   __device__ __forceinline__ int tiles(int b) const { return b < 32 * kRegs ? pick(t_r, b) : tiles_of(len(b), tile); }
 };
 
-// Σ t_b over the batch, and the largest t_b (tmax). (chunk_tiles keeps its own copy of the loop, and
-// work_item of set_range's: calling them from there changed our FP16 kernel's SASS.)
+// Σ t_b over the batch, and the largest t_b (tmax). (chunk_tiles keeps its own copy of this loop:
+// calling total_tiles from there changed our FP16 kernel's SASS, cuobjdump; so did a helper for the
+// two-halves sums, and dropping the tmax that work_item_balanced does not use changed the quantized
+// kernels' main loops.)
 __device__ __forceinline__ long long total_tiles(const LaneLens& ll, int& tmax) {
   unsigned lo = 0, hi = 0;  // Σ t in two halves (t < 2^27: per-lane sums and the warp's fit in 32 bits)
   tmax = 0;
@@ -216,11 +222,7 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
       base += __shfl_sync(kFull, incl, 31);
     }  // not found: an unused item
   }
-  if (w.b >= 0) {
-    w.r.begin = w.k * chunk;
-    w.r.end = min(len, w.r.begin + min(chunk, len));
-    w.r.tiles = w.r.begin < w.r.end ? tiles_of(w.r.end - w.r.begin, tile) : 0;
-  }
+  if (w.b >= 0) set_range(w, len, chunk, tile);
   return w;
 }
 
@@ -236,7 +238,7 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
 // tiles, r_b = t_b − (count_b − 1) · L: a ragged batch), the usual dealing over `slots` items.
 __device__ __forceinline__ WorkItem work_item_balanced(const int32_t* lens, int batch, int n_items, int tile,
                                                        int item, int slots) {
-  constexpr int kFixed = 2;  // a CTA's fixed cost in tiles (prologue, ring fill, write-out)
+  constexpr int kFixed = kBalanceFixedTiles;
   {
     const LaneLens ll(lens, batch, tile);
     int tmax;
