@@ -202,23 +202,28 @@ __device__ __forceinline__ uint32_t wide_lut_addr(uint32_t src, int byte, uint32
 }
 
 // 3-bit mse keys at d = 128 in the vLLM layout (kKeyRun in decode_body): lane p owns dims
-// 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words around
-// them and shifted into x[0 … 2] (pair i of the run at bits 6i: one funnel shift per word where the
-// run starts 2 bytes into its first word). run_lut_addrs gives the wide LUT's entry addresses of
-// pairs 4kp … 4kp + 3 (pair-step kp; rows keyed by a byte's low 6 bits): pair 4kp is byte 3kp of x
+// 32p … 32p + 31 of a token, its 12 key bytes read once per sub-tile as the aligned words x[0 … 3]
+// around them; the run starts at bit O of x (O = 0 or 16: where it starts 2 bytes into its first
+// word; x[3] is read only then). run_lut_addrs gives the wide LUT's entry addresses of pairs
+// 4kp … 4kp + 3 (pair-step kp; rows keyed by a byte's low 6 bits): pair 4kp is byte 3kp + O/8 of x
 // (one PRMT); pairs 4kp + t (t = 1 … 3) are byte 0 (kp even) or 3 (kp odd) of the window
-// wnd[t − 1] = x >> (24kp + 6t), made at even kp — one funnel shift serves pairs 4kp + t and
-// 4kp + 4 + t, 24 bits apart. Per run of 16 pairs: 3 + 6 shifts and 16 PRMT, against 32 for the
-// form before (one PRMT joining a pair-step's 3 bytes, three shifts, four address PRMT; run 42).
-__device__ __forceinline__ void run_lut_addrs(const uint32_t (&x)[3], uint32_t (&wnd)[3], int kp, uint32_t lut_lane,
+// wnd[t − 1] = x >> (O + 24kp + 6t), made at even kp — one funnel shift serves pairs 4kp + t and
+// 4kp + 4 + t, 24 bits apart. Per run of 16 pairs: 6 shifts and 16 PRMT, against 32 for the form
+// before run 42 (one PRMT joining a pair-step's 3 bytes, three shifts, four address PRMT). O is a
+// compile-time constant in the full-tile bodies (decode_kernel's key_off: the run's offset is the
+// warp's, fixed by its head); where it is not (the masked body), the caller shifts the run to bit 0
+// first (three funnel shifts) and passes O = 0.
+template <int O>
+__device__ __forceinline__ void run_lut_addrs(const uint32_t (&x)[4], uint32_t (&wnd)[3], int kp, uint32_t lut_lane,
                                               uint32_t (&a)[4]) {
-  const int d = 3 * kp;
+  static_assert(O == 0 || O == 16, "the run starts at byte 0 or 2 of its first word");
+  const int d = 3 * kp + O / 8;
   a[0] = wide_lut_addr(x[d >> 2], d & 3, lut_lane);
   if ((kp & 1) == 0) {
 #pragma unroll
     for (int t = 1; t < 4; ++t) {
-      const int bit = 24 * kp + 6 * t, w = bit >> 5, sh = bit & 31;
-      wnd[t - 1] = w + 1 < 3 ? __funnelshift_r(x[w], x[w + 1], sh) : x[w] >> sh;
+      const int bit = O + 24 * kp + 6 * t, w = bit >> 5, sh = bit & 31;
+      wnd[t - 1] = w + 1 < (O ? 4 : 3) ? __funnelshift_r(x[w], x[w + 1], sh) : x[w] >> sh;
     }
   }
 #pragma unroll
@@ -564,6 +569,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     const int halves = min(2 * wph, (rg.end - t_first + 15) >> 4);  // halves with ≥ 1 token in range
     const uint32_t bar = full0 + 8u * uint32_t(s);
     if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(halves * copy_bytes));
+    const uint64_t pol = dev::l2_evict_first();  // the cache is read once per decode
     __syncwarp();
     for (int c0 = 0; c0 < halves * runs; c0 += 32) {
       const int c = c0 + lane;
@@ -574,18 +580,18 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       const uint8_t* g = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes;
       const uint32_t dst = piece(2 * s * wph + hx);
       if constexpr (TM) {  // box (this CTA's heads' bytes / 8, the half's 16 token rows)
-        dev::tensor_copy_g2s_2d(dst, &t.map, hg * (H * SLOT / 8), int(page << a.log2_block_size) + (tj & bs_mask), bar);
+        dev::tensor_copy_g2s_2d(dst, &t.map, hg * (H * SLOT / 8), int(page << a.log2_block_size) + (tj & bs_mask), bar, pol);
       } else if constexpr (P) {  // plane runs of heads h0 … h0+hpc−1 (k: indices, codes, meta)
         constexpr int IB = C::kIdxBytes, VB = C::kValueCodeBytes;
         const int h0 = hg * hpc, nkv = a.n_kv_heads;
         const int goff = k == 0 ? h0 * 16 * IB : k == 1 ? 16 * nkv * IB + h0 * 16 * VB : 16 * nkv * (IB + VB) + h0 * 96;
         const int soff = k == 0 ? 0 : k == 1 ? hpc * 16 * IB : hpc * 16 * (IB + VB);
         const int len = k == 0 ? hpc * 16 * IB : k == 1 ? hpc * 16 * VB : hpc * 96;
-        dev::bulk_copy_g2s(dst + soff, g + goff, uint32_t(len), bar);
+        dev::bulk_copy_g2s(dst + soff, g + goff, uint32_t(len), bar, pol);
       } else if (contig) {
-        dev::bulk_copy_g2s(dst, g, uint32_t(copy_bytes), bar);
+        dev::bulk_copy_g2s(dst, g, uint32_t(copy_bytes), bar, pol);
       } else {  // token k's run of this CTA's hpc heads (to a padded row, or hpc < n_kv_heads)
-        dev::bulk_copy_g2s(dst + k * (hpc * SLOT + row_pad), g + k * row_bytes + hg * hpc * SLOT, uint32_t(hpc * SLOT), bar);
+        dev::bulk_copy_g2s(dst + k * (hpc * SLOT + row_pad), g + k * row_bytes + hg * hpc * SLOT, uint32_t(hpc * SLOT), bar, pol);
       }
     }
   };
@@ -808,6 +814,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   static_assert(!kVWords || ring_row_bytes<C, P>(kH) % 4 == 0, "v_s is the same in every token row");
   [[maybe_unused]] const int v_s = kVWords || kVPar ? (rm.code >> 1) & 1 : 0;
   [[maybe_unused]] const bool v_wrap = v_s && r == 7;
+  // kKeyOff: where a warp's key slots start 0 or 2 bytes into a word in every token row (rows and
+  // pieces 4-byte aligned), run_off and v_s follow from that offset (key_mod), the same for the whole
+  // warp; the full sub-tiles then run a body compiled for it (run_off, v_s and v_wrap constants: no
+  // run-alignment shifts, no predicated loads for the other offset's case: k3v4_nc's full-tile body
+  // 605 → 568 / 576 SASS instructions). Kept where it measured faster (kernels.md run 45: 3-bit keys,
+  // 8 heads per CTA, G ≤ 4: k3v4_nc −1.2%, 3bit_nc −2.0% at the issue's shape); at 16 heads, at G 8
+  // and for kVPar alone (4bit_nc) it was 0.5–3.5% slower. key_mod −1: the run-time body.
+  constexpr bool kKeyOff = kKeyRun && PK && kH == 8 && ring_row_bytes<C, P>(kH) % 4 == 0;
+  constexpr auto key_off_v_s = [](int ko) { return kVWords || kVPar ? ((ko + C::kKeyBytes) >> 1) & 1 : 0; };
+  [[maybe_unused]] const int key_mod = (rm.key & 3) == 0 || (rm.key & 3) == 2 ? rm.key & 3 : -1;
   // kVPar: this lane's value word offsets (slots p, p + 4) in a half's row set 0, the P' sources (the
   // lanes holding those rows' p of query heads 2(r/2 & 1), +1 in half 0) and the PRMT that puts head
   // r & 3's P' in half r >> 2 of the B register (the other half 0)
@@ -849,8 +865,13 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     const int nvalid = min(rg.end - t0, kSub);
     // the sub-tile's work; kFullTile: all 32 tokens valid (every sub-tile but a range's
     // last), so no masks (instantiated twice, selected per sub-tile, warp-uniform)
-    auto tile_body = [&](auto full_tile) {
+    auto tile_body = [&](auto full_tile, auto key_off) {
       constexpr bool kFullTile = decltype(full_tile)::value;
+      // KO ≥ 0: this body is for warps whose key slots start at KO (mod 4) bytes into a word (kKeyOff)
+      constexpr int KO = decltype(key_off)::value;
+      [[maybe_unused]] const uint32_t ro = KO < 0 ? run_off : uint32_t(KO);
+      [[maybe_unused]] const int vs = KO < 0 ? v_s : key_off_v_s(KO);
+      [[maybe_unused]] const bool vw = KO < 0 ? v_wrap : vs && r == 7;
       const uint8_t* hb[2] = {smem + (piece(2 * (s * wph + ws)) - dyn_base),
                               smem + (piece(2 * (s * wph + ws) + 1) - dyn_base)};  // the two halves
 
@@ -866,19 +887,21 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       }
       // kKeyRun: each row's run as 3 words and its windows (run_lut_addrs; wnd: made at even kp, used at odd),
       // and (per kp) its pairs' LUT addresses
-      [[maybe_unused]] uint32_t kx[kKeyRun ? 2 : 1][2][3], wnd[kKeyRun ? 2 : 1][2][3], ka[kKeyRun ? 2 : 1][2][4];
+      [[maybe_unused]] uint32_t kx[kKeyRun ? 2 : 1][2][4], wnd[kKeyRun ? 2 : 1][2][3], ka[kKeyRun ? 2 : 1][2][4];
+      [[maybe_unused]] constexpr int kRunBit = KO < 0 ? 0 : 8 * KO;  // the runs' first bit in kx (run_lut_addrs' O)
       if constexpr (kKeyRun) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const uint8_t* b = krow[h][j] + 12 * p - run_off;
+            const uint8_t* b = krow[h][j] + 12 * p - ro;
             uint32_t x[4];
 #pragma unroll
             for (int i = 0; i < 3; ++i) x[i] = ld_u32(b + 4 * i);
-            x[3] = run_off ? ld_u32(b + 12) : 0u;
+            x[3] = ro ? ld_u32(b + 12) : 0u;
 #pragma unroll
-            for (int i = 0; i < 3; ++i) kx[h][j][i] = __funnelshift_r(x[i], x[i + 1], 8 * run_off);
+            for (int i = 0; i < 4; ++i)
+              kx[h][j][i] = KO >= 0 ? x[i] : i < 3 ? __funnelshift_r(x[i], x[i + 1], 8 * ro) : 0u;
           }
       }
 #pragma unroll
@@ -887,8 +910,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if constexpr (kKeyRun) {
-            run_lut_addrs(kx[h][0], wnd[h][0], kp, lut_lane, ka[h][0]);
-            run_lut_addrs(kx[h][1], wnd[h][1], kp, lut_lane, ka[h][1]);
+            run_lut_addrs<kRunBit>(kx[h][0], wnd[h][0], kp, lut_lane, ka[h][0]);
+            run_lut_addrs<kRunBit>(kx[h][1], wnd[h][1], kp, lut_lane, ka[h][1]);
           } else {
             key_words<C, P>(krow[h][0], kp, p, kw[h][0]);
             key_words<C, P>(krow[h][1], kp, p, kw[h][1]);
@@ -1229,7 +1252,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       const uint8_t* vp[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        vp[h][0] = hb[h] + rm.code + tv * rm.cst + (kVWords ? 4 * r + 2 * v_s : r * Q::kVRowBytes);
+        vp[h][0] = hb[h] + rm.code + tv * rm.cst + (kVWords ? 4 * r + 2 * vs : r * Q::kVRowBytes);
         vp[h][1] = vp[h][0] + dv1 * rm.cst;
         vp[h][2] = vp[h][0] + d8 * rm.cst;
         vp[h][3] = vp[h][2] + dv1 * rm.cst;
@@ -1311,7 +1334,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int u = 0; u < 2; ++u)
-            if (v_wrap) {
+            if (vw) {
               const uint8_t* vb = hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst;
               x[j][u][1] = __byte_perm(x[j][u][1], ld_u32(vb - 32), 0x7610u);  // codes 62, 63 | 0, 1
             }
@@ -1354,7 +1377,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               const uint32_t sel = w & 1 ? 0x7632u : 0x5410u;
               wab[h] = __byte_perm(xw[h][0][w >> 1], xw[h][1][w >> 1], sel);
               wcd[h] = __byte_perm(xw[h][2][w >> 1], xw[h][3][w >> 1], sel);
-              if (w == 2 * NV2 - 1 && v_wrap) {
+              if (w == 2 * NV2 - 1 && vw) {
                 wab[h] = __byte_perm(ld_u32(vp[h][0] - 32), ld_u32(vp[h][1] - 32), sel);
                 wcd[h] = __byte_perm(ld_u32(vp[h][2] - 32), ld_u32(vp[h][3] - 32), sel);
               }
@@ -1437,10 +1460,21 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         }
       }
     };
-    if (nvalid == kSub)
-      tile_body(std::true_type{});
-    else if (nvalid > 0)
-      tile_body(std::false_type{});
+    using RunTime = std::integral_constant<int, -1>;
+    if (nvalid == kSub) {
+      if constexpr (kKeyOff) {
+        if (key_mod == 0)
+          tile_body(std::true_type{}, std::integral_constant<int, 0>{});
+        else if (key_mod == 2)
+          tile_body(std::true_type{}, std::integral_constant<int, 2>{});
+        else
+          tile_body(std::false_type{}, RunTime{});
+      } else {
+        tile_body(std::true_type{}, RunTime{});
+      }
+    } else if (nvalid > 0) {
+      tile_body(std::false_type{}, RunTime{});
+    }
     // Every lane releases its own reads of the stage (the empty barrier counts all the CTA's
     // threads). Lane 0 alone arriving after __syncwarp left compute-sanitizer racecheck 16 hazards
     // (the refill's bulk copy against the other lanes' reads, kernels.md 34e); this is clean, and
