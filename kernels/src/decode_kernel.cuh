@@ -569,7 +569,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     const int halves = min(2 * wph, (rg.end - t_first + 15) >> 4);  // halves with ≥ 1 token in range
     const uint32_t bar = full0 + 8u * uint32_t(s);
     if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(halves * copy_bytes));
-    const uint64_t pol = dev::l2_evict_first();  // the cache is read once per decode
+    const uint64_t pol = dev::l2_evict_first();  // the cache is read once per decode (made per refill: one
+                                                 // instruction, no register pair held through the main loop)
     __syncwarp();
     for (int c0 = 0; c0 < halves * runs; c0 += 32) {
       const int c = c0 + lane;
@@ -814,16 +815,15 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   static_assert(!kVWords || ring_row_bytes<C, P>(kH) % 4 == 0, "v_s is the same in every token row");
   [[maybe_unused]] const int v_s = kVWords || kVPar ? (rm.code >> 1) & 1 : 0;
   [[maybe_unused]] const bool v_wrap = v_s && r == 7;
-  // kKeyOff: where a warp's key slots start 0 or 2 bytes into a word in every token row (rows and
-  // pieces 4-byte aligned), run_off and v_s follow from that offset (key_mod), the same for the whole
-  // warp; the full sub-tiles then run a body compiled for it (run_off, v_s and v_wrap constants: no
-  // run-alignment shifts, no predicated loads for the other offset's case: k3v4_nc's full-tile body
-  // 605 → 568 / 576 SASS instructions). Kept where it measured faster (kernels.md run 45: 3-bit keys,
-  // 8 heads per CTA, G ≤ 4: k3v4_nc −1.2%, 3bit_nc −2.0% at the issue's shape); at 16 heads, at G 8
-  // and for kVPar alone (4bit_nc) it was 0.5–3.5% slower. key_mod −1: the run-time body.
+  // kKeyOff: where token rows and pieces are 4-byte aligned, a warp's key slots start rm.key & 3 (0 or 2:
+  // slots are even) bytes into a word in every row, so run_off and v_s follow from that offset, the same
+  // for the whole warp; the full sub-tiles then run a body compiled for it (run_off, v_s and v_wrap
+  // constants: no run-alignment shifts, no predicated loads for the other offset's case: k3v4_nc's
+  // full-tile body 605 → 568 / 576 SASS instructions). Kept where it measured faster (kernels.md run 45:
+  // 3-bit keys, 8 heads per CTA, G ≤ 4: k3v4_nc −1.2%, 3bit_nc −2.0% at the issue's shape); at 16 heads,
+  // at G 8 and for kVPar alone (4bit_nc) it was 0.5–3.5% slower.
   constexpr bool kKeyOff = kKeyRun && PK && kH == 8 && ring_row_bytes<C, P>(kH) % 4 == 0;
-  constexpr auto key_off_v_s = [](int ko) { return kVWords || kVPar ? ((ko + C::kKeyBytes) >> 1) & 1 : 0; };
-  [[maybe_unused]] const int key_mod = (rm.key & 3) == 0 || (rm.key & 3) == 2 ? rm.key & 3 : -1;
+  [[maybe_unused]] const int key_mod = rm.key & 3;
   // kVPar: this lane's value word offsets (slots p, p + 4) in a half's row set 0, the P' sources (the
   // lanes holding those rows' p of query heads 2(r/2 & 1), +1 in half 0) and the PRMT that puts head
   // r & 3's P' in half r >> 2 of the B register (the other half 0)
@@ -870,7 +870,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       // KO ≥ 0: this body is for warps whose key slots start at KO (mod 4) bytes into a word (kKeyOff)
       constexpr int KO = decltype(key_off)::value;
       [[maybe_unused]] const uint32_t ro = KO < 0 ? run_off : uint32_t(KO);
-      [[maybe_unused]] const int vs = KO < 0 ? v_s : key_off_v_s(KO);
+      [[maybe_unused]] const int vs = KO < 0 || !(kVWords || kVPar) ? v_s : ((KO + C::kKeyBytes) >> 1) & 1;  // rm.code >> 1 & 1
       [[maybe_unused]] const bool vw = KO < 0 ? v_wrap : vs && r == 7;
       const uint8_t* hb[2] = {smem + (piece(2 * (s * wph + ws)) - dyn_base),
                               smem + (piece(2 * (s * wph + ws) + 1) - dyn_base)};  // the two halves
@@ -1467,8 +1467,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           tile_body(std::true_type{}, std::integral_constant<int, 0>{});
         else if (key_mod == 2)
           tile_body(std::true_type{}, std::integral_constant<int, 2>{});
-        else
-          tile_body(std::false_type{}, RunTime{});
+        else  // never (slots are even); without this branch ptxas scheduled both bodies differently
+          tile_body(std::false_type{}, RunTime{});  // (cuobjdump), which was not timed
       } else {
         tile_body(std::true_type{}, RunTime{});
       }
