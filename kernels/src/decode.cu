@@ -14,7 +14,7 @@ namespace {
 
 // ---- stage 2: one CTA per (query head, sequence); thread (x, y): dims 2x, 2x + 1 of parts
 // y, y + P, y + 2P, … (P = blockDim.y) of the sequence's parts (its work items' warps:
-// DecodeArgs::seq_items), the P partial sums then added in shared memory ----
+// dev::seq_items_of, or DecodeArgs::seq_items), the P partial sums then added in shared memory ----
 // The parts' weights 2^(lse − max) are computed once into shared memory, then each
 // thread's loads of its parts are independent, so they are in flight together (a loop
 // reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode). One
@@ -23,14 +23,23 @@ namespace {
 // weights (the plan's bound); more parts (seq_lens longer than the plan's max_seq_len) take
 // several passes.
 // Every part was written by stage 1 (empty ones: o = 0, lse = −inf, weight 0).
-__global__ void merge_kernel(DecodeArgs a, int head_dim) {
+// At most kMergeThreads threads, so ptxas may use up to 128 registers (it uses 122, no spill; the
+// unbounded kernel took 96 and could not launch 1024 threads: 'too many resources requested';
+// bounded by 1024 threads, ptxas spilled 156 bytes at 64).
+constexpr int kMergeThreads = 512;
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int head_dim, int tile, int balance) {
   extern __shared__ float wgt[];  // [a.parts] weights, then P partial sums [P][head_dim + 1] (den last)
   __shared__ float wmax[32];
   const int b = blockIdx.y, h = blockIdx.x, x = threadIdx.x, y = threadIdx.y, P = blockDim.y;
   const int tid = y * blockDim.x + x, nthreads = blockDim.x * P, nwarps = (nthreads + 31) >> 5;
+  // sequence b's work items, from seq_lens (an input of stage 1, not its output) by the dealing
+  // stage 1 used, before the wait: a CTA that starts on an SM stage 1 has left computes them
+  // while the last stage-1 CTAs still run (read from stage 1's writes after the wait, they were
+  // one more L2 round trip on the decode's tail; kernels.md run 46). tile 0 (our FP16 decode, whose
+  // stage 1 does not release the merge early): stage 1 wrote them.
+  int2 si = tile > 0 ? dev::seq_items_of(a.seq_lens, a.batch, a.items, tile, balance, b) : make_int2(b, 1);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
-  // sequence b's work items (one per sequence: item b; else stage 1 wrote them)
-  const int2 si = a.items == a.batch ? make_int2(b, 1) : a.seq_items[b];
+  if (tile == 0 && a.items != a.batch) si = a.seq_items[b];
   const int n = si.y * a.wph;
   const int64_t row0 = (int64_t(h) * a.items + si.x) * a.wph;
   const int d = 2 * x;
@@ -38,8 +47,9 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
   // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute; kernels.md run 23). The first U
   // (parts y, y + P, …) go out here, with the lse loads: they need no weight, so the max, the
-  // weights and these loads take one L2 round trip instead of two.
-  constexpr int U = 8;
+  // weights and these loads take one L2 round trip instead of two. (U = 16: the 8–16 parts of a
+  // B 32 decode at 4 splits, 10 at 32K, in that one round trip; U = 8 left a second one.)
+  constexpr int U = 16;
   const int64_t step = int64_t(P) * head_dim;
   float2 first[U];
   {
@@ -49,8 +59,12 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
     for (int u = 0; u < U; ++u)
       first[u] = y + u * P < m ? *reinterpret_cast<const float2*>(p + u * step) : make_float2(0.f, 0.f);
   }
-  float mx = -INFINITY;
-  for (int i = tid; i < n; i += nthreads) mx = fmaxf(mx, a.lse_part[row0 + i]);
+  float mx = -INFINITY, lse_own = -INFINITY;  // lse_own: part tid's (the weights' first pass)
+  for (int i = tid; i < n; i += nthreads) {
+    const float l = a.lse_part[row0 + i];
+    if (i == tid) lse_own = l;
+    mx = fmaxf(mx, l);
+  }
 #pragma unroll
   for (int o = 16; o >= 1; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, o));
   if ((tid & 31) == 0) wmax[tid >> 5] = mx;
@@ -60,7 +74,8 @@ __global__ void merge_kernel(DecodeArgs a, int head_dim) {
   // parts [base, base + a.parts) per pass: one pass unless seq_lens exceed the plan's max_seq_len
   for (int base = 0; base < n; base += a.parts) {
     const int m = min(a.parts, n - base);
-    for (int i = tid; i < m; i += nthreads) wgt[i] = mx == -INFINITY ? 0.f : exp2f(a.lse_part[row0 + base + i] - mx);
+    for (int i = tid; i < m; i += nthreads)
+      wgt[i] = mx == -INFINITY ? 0.f : exp2f((base == 0 && i == tid ? lse_own : a.lse_part[row0 + base + i]) - mx);
     __syncthreads();
     const float* op = a.o_part + (row0 + base) * head_dim + d;
     const float* p = op + int64_t(y) * head_dim;
@@ -136,16 +151,16 @@ int decode_device_smem_optin_impl() {
 int decode_device_sms() { return decode_device_sms_impl(); }
 int decode_device_smem_optin() { return decode_device_smem_optin_impl(); }
 
-void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStream_t stream) {
+void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, cudaStream_t stream) {
   // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
   // kernel does not signal, so there the merge launches when stage 1 exits, as before)
   cudaLaunchConfig_t cfg{};
-  // P = blockDim.y threads per dim pair split the parts, ≥ 8 parts each, ≤ 1024 threads (the
+  // P = blockDim.y threads per dim pair split the parts, ≥ 8 parts each, ≤ kMergeThreads threads (the
   // common 4–8 parts: P = 1, one thread per pair). P follows an average sequence's parts, not
   // a.parts (the bound for the longest): sized for that bound, every (sequence, head) CTA of
   // a B = 32 merge took 768–1024 threads and the merge ran in several waves (run 22b).
   const int avg = std::max(1, a.items * a.wph / batch);
-  const int pairs = head_dim / 2, P = std::max(1, std::min(1024 / pairs, avg / 8));
+  const int pairs = head_dim / 2, P = std::max(1, std::min(kMergeThreads / pairs, avg / 8));
   cfg.gridDim = dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch));  // every query head
   cfg.blockDim = dim3(unsigned(pairs), unsigned(P));
   cfg.dynamicSmemBytes = (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float);
@@ -155,7 +170,7 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStrea
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel, a, head_dim));
+  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel, a, head_dim, tile, balance));
 }
 
 // Heads per CTA, warps per head and ring depth shared by both decode planners.
@@ -442,7 +457,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       });
     }
   });
-  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, stream);
+  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, stream);
 }
 
 }  // namespace tq::cuda

@@ -37,7 +37,7 @@ struct DecodeArgs {
   int64_t o_sb, o_sh;
   float* o_part;    // [n_q_heads, items, wph, D] (parts > 1): item i's warp w's partial output
   float* lse_part;  // [n_q_heads, items, wph], log2 domain; −inf = empty part
-  int2* seq_items;  // [batch] (items > batch): sequence b's first work item and item count
+  int2* seq_items;  // [batch] (items > batch, FP16 decode): sequence b's first work item and item count
   const int32_t* table;
   int table_stride;
   const int32_t* seq_lens;
@@ -77,8 +77,9 @@ __device__ __forceinline__ int query_head(const DecodeArgs& a, int kvh, int g) {
 // the lengths (a long sequence among short ones gets most of the items), from the
 // seq_lens on the device: the grid depends on n_items only, and a captured graph replayed
 // with new lengths deals them out anew. An empty sequence still has one (empty) item, so
-// every sequence's parts are written; the CTA of a sequence's first item writes
-// (first_b, count_b) to DecodeArgs::seq_items for the merge. n_items == batch: item b is
+// every sequence's parts are written; the merge finds a sequence's (first_b, count_b) from
+// seq_lens the same way (seq_items_of; our FP16 decode's CTA of a sequence's first item writes them
+// to DecodeArgs::seq_items instead). n_items == batch: item b is
 // all of sequence b.
 // The functions are warp-collective: every lane of the warp calls them with the same
 // arguments and gets the same result.
@@ -226,6 +227,27 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
   return w;
 }
 
+// The balanced dealing's rule: true where it holds for these lengths (else the usual dealing over
+// `slots` items), with its chunk L in tiles and n1 = Σ (count_b − 1).
+__device__ __forceinline__ bool balanced_rule(const LaneLens& ll, int batch, int n_items, int slots, int& L, int& n1) {
+  constexpr int kFixed = kBalanceFixedTiles;
+  int tmax;
+  const long long total = total_tiles(ll, tmax);
+  L = int(max(1LL, (total + slots - 1) / slots));
+  n1 = 0;
+  unsigned rlo = 0, rhi = 0;  // Σ (r_b + kFixed) in two halves, as total_tiles
+#pragma unroll 1
+  for (int b = ll.lane; b < batch; b += 32) {
+    const int t = ll.tiles(b), c = chunks_of(t, L), r = t - (c - 1) * L + kFixed;
+    n1 += c - 1;
+    rlo += unsigned(r) & 0xffffu;
+    rhi += unsigned(r) >> 16;
+  }
+  n1 = int(__reduce_add_sync(kFull, unsigned(n1)));
+  const long long rsum = (static_cast<long long>(__reduce_add_sync(kFull, rhi)) << 16) + __reduce_add_sync(kFull, rlo);
+  return n1 < slots && n1 + batch <= n_items && rsum <= static_cast<long long>(slots - n1) * (L + kFixed);
+}
+
 // Balanced dealing (the quantized decode where DecodePlan::balance_slots > 0: one head group,
 // `slots` = the CTAs the device runs at once, n_items = slots + batch). Chunks of
 // L = ⌈Σ t_b / slots⌉ tiles; CTAs 0 … N1 − 1 (N1 = Σ (count_b − 1)) take every sequence's chunks but
@@ -238,24 +260,10 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
 // tiles, r_b = t_b − (count_b − 1) · L: a ragged batch), the usual dealing over `slots` items.
 __device__ __forceinline__ WorkItem work_item_balanced(const int32_t* lens, int batch, int n_items, int tile,
                                                        int item, int slots) {
-  constexpr int kFixed = kBalanceFixedTiles;
   {
     const LaneLens ll(lens, batch, tile);
-    int tmax;
-    const long long total = total_tiles(ll, tmax);
-    const int L = int(max(1LL, (total + slots - 1) / slots));
-    int n1 = 0;
-    unsigned rlo = 0, rhi = 0;  // Σ (r_b + kFixed) in two halves, as total_tiles
-#pragma unroll 1
-    for (int b = ll.lane; b < batch; b += 32) {
-      const int t = ll.tiles(b), c = chunks_of(t, L), r = t - (c - 1) * L + kFixed;
-      n1 += c - 1;
-      rlo += unsigned(r) & 0xffffu;
-      rhi += unsigned(r) >> 16;
-    }
-    n1 = int(__reduce_add_sync(kFull, unsigned(n1)));
-    const long long rsum = (static_cast<long long>(__reduce_add_sync(kFull, rhi)) << 16) + __reduce_add_sync(kFull, rlo);
-    if (n1 < slots && n1 + batch <= n_items && rsum <= static_cast<long long>(slots - n1) * (L + kFixed)) {
+    int L, n1;
+    if (balanced_rule(ll, batch, n_items, slots, L, n1)) {
       WorkItem w{-1, 0, 1, {0, 0, 0}, item};
       int len = 0, base = 0, base1 = 0;  // Σ count_b and Σ (count_b − 1) of the sequences before b0
 #pragma unroll 1
@@ -290,6 +298,22 @@ __device__ __forceinline__ WorkItem work_item_balanced(const int32_t* lens, int 
   }
   if (item >= slots) return WorkItem{-1, 0, 1, {0, 0, 0}, item};
   return work_item(lens, batch, slots, tile, item);
+}
+
+// Sequence b's (first item row, item count) in the dealing stage 1 used (work_item; where slots > 0,
+// work_item_balanced): the merge's rows, from seq_lens alone, so the merge kernel computes them
+// before it waits for stage 1. (Both dealings number a sequence's items consecutively, first_b =
+// Σ count of the sequences before b.)
+__device__ __forceinline__ int2 seq_items_of(const int32_t* lens, int batch, int n_items, int tile, int slots, int b) {
+  if (n_items == batch) return make_int2(b, 1);
+  const LaneLens ll(lens, batch, tile);
+  int L = 0, n1;
+  if (!(slots > 0 && balanced_rule(ll, batch, n_items, slots, L, n1))) L = chunk_tiles(ll, slots > 0 ? slots : n_items);
+  int before = 0;
+#pragma unroll 1
+  for (int b2 = ll.lane; b2 < b; b2 += 32) before += chunks_of(ll.tiles(b2), L);
+  const int count = __shfl_sync(kFull, chunks_of(ll.tiles(b), L), b & 31);  // (lane b & 31 holds b's tiles)
+  return make_int2(int(__reduce_add_sync(kFull, unsigned(before))), count);
 }
 
 // 2^x with one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, −inf → 0, results below 2^-126 → 0);
@@ -347,10 +371,13 @@ __device__ __forceinline__ float sum_over_token_lanes(float v) {
 
 // Stage 2: out[b, h, :] = Σ_parts 2^(lse_i − max) o_i / Σ 2^(lse_i − max); parts
 // with lse = −inf (empty ranges) are skipped; a sequence with no tokens gives 0.
-void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, cudaStream_t stream);
+// tile, balance: the dealing of stage 1 (tokens per tile, DecodePlan::balance_slots), which the merge
+// repeats for its rows (dev::seq_items_of); tile 0: stage 1 wrote them to a.seq_items (FP16 decode).
+void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, cudaStream_t stream);
 
 // The split-KV workspace: partial outputs [rows, head_dim] fp32, their LSEs [rows], each
-// sequence's (first item, item count) [batch]; rows = items · n_q_heads · wph; 256-byte aligned pieces.
+// sequence's (first item, item count) [batch] (FP16 decode); rows = items · n_q_heads · wph;
+// 256-byte aligned pieces.
 struct WorkspaceLayout {
   size_t lse_off, items_off, bytes;
   WorkspaceLayout(int items, int n_q_heads, int wph, int head_dim, int batch) {

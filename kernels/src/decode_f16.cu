@@ -282,7 +282,7 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
       launch(sliced ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>, s);
     });
   });
-  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, stream);
+  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, 0, 0, stream);  // (tile 0: stage 1 wrote seq_items)
 }
 
 }  // namespace tq::cuda

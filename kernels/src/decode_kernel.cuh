@@ -488,7 +488,6 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
                                          : dev::work_item(a.seq_lens, a.batch, a.items, tile, item);
   if (wi.b < 0) return;  // an unused item (the lengths fit in fewer)
   const int b = wi.b;
-  if (wi.k == 0 && hg == 0 && tid == 0 && a.items != a.batch) a.seq_items[b] = make_int2(wi.row, wi.count);  // for the merge
   __shared__ int s_row;  // the parts' item row (wi.row), read back at the write-out
   if (tid == 0) s_row = wi.row;
   const dev::Range rg = wi.r;
