@@ -23,9 +23,10 @@ namespace {
 // weights (the plan's bound); more parts (seq_lens longer than the plan's max_seq_len) take
 // several passes.
 // Every part was written by stage 1 (empty ones: o = 0, lse = −inf, weight 0).
-// At most kMergeThreads threads, so ptxas may use up to 128 registers (it uses 122, no spill; the
-// unbounded kernel took 96 and could not launch 1024 threads: 'too many resources requested';
-// bounded by 1024 threads, ptxas spilled 156 bytes at 64).
+// At most kMergeThreads (512) threads, so ptxas may use up to 128 registers: it uses 122, no spill.
+// (Without launch bounds it used 96, too many for the 1024-thread CTAs some shapes asked for: 'too
+// many resources requested for launch'; bounded to 1024 threads, it was held to 64 and spilled 156
+// bytes.)
 constexpr int kMergeThreads = 512;
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int head_dim, int tile, int balance) {
   extern __shared__ float wgt[];  // [a.parts] weights, then P partial sums [P][head_dim + 1] (den last)
