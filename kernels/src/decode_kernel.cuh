@@ -534,7 +534,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     const int jj = j + lane / hw, tj = rg.begin + jj * tile + 16 * (lane % hw);
     return lane < lanes && jj < rg.tiles && tj < rg.end ? btab[tj >> a.log2_block_size] : 0;
   };
-  const int fill_pages = warp == 0 ? load_pages(0, fill_tiles * hw) : 0;  // tiles 0 … fill_tiles − 1
+  // The refills rotate over the warps 0 … n_prod − 1 (one per scheduler): warp (it − 1) % n_prod refills in
+  // iteration it, so no one warp carries every refill on top of its own sub-tiles.
+  const int n_prod = nwarps >= 4 ? 4 : 1;
+  const int fill_pages = warp < n_prod ? load_pages(0, fill_tiles * hw) : 0;  // tiles 0 … fill_tiles − 1
   int next_pages = 0;
   // Packed kernels (G ≤ 4): the query heads' elements lane + 32k, fp16 as loaded, two
   // heads per register, all G heads' loads issued here with the producer's block-table
@@ -571,6 +574,15 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     const uint64_t pol = dev::l2_evict_first();  // the cache is read once per decode (made per refill: one
                                                  // instruction, no register pair held through the main loop)
     __syncwarp();
+    if (!TM && !P && contig) {  // one copy per half: lane x copies half x (rows of all the kv heads: kH of them)
+      const int64_t page = __shfl_sync(dev::kFull, pages, (src0 + lane) & 31);
+      if (lane < halves) {
+        const int64_t rb = kH > 0 ? int64_t(kH) * SLOT : row_bytes;
+        const uint8_t* g = cache + ((page << a.log2_block_size) + ((t_first + 16 * lane) & bs_mask)) * rb;
+        dev::bulk_copy_g2s(piece(2 * s * wph + lane), g, uint32_t(copy_bytes), bar, pol);
+      }
+      return;
+    }
     for (int c0 = 0; c0 < halves * runs; c0 += 32) {
       const int c = c0 + lane;
       const int hx = min(c / runs, halves - 1), k = c - hx * runs;  // half (sub-tile hx/2, half hx%2), run k
@@ -614,8 +626,6 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   if (warp == 0) {
     for (int j = 0; j < S && j < rg.tiles; ++j)
       issue(j, j, j < fill_tiles ? fill_pages : load_pages(j, hw), j < fill_tiles ? j * hw : 0);
-    // tile S's pages to lanes 0 … 2·wph − 1 (the other lanes' values are not used)
-    next_pages = S < fill_tiles ? __shfl_sync(dev::kFull, fill_pages, (S * hw + lane) & 31) : load_pages(S, hw);
   }
 
   // ---- prologue: LUT and the rotated query fragments (overlaps the first loads) ----
@@ -837,6 +847,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     }
     p_sel = r < 4 ? (r & 1 ? 0x4432u : 0x4410u) : (r & 1 ? 0x3244u : 0x1044u);
   }
+  if (warp < n_prod) {  // the pages of this warp's first refill (iteration warp + 1: tile warp + S)
+    const int j = warp + S;
+    next_pages = j < fill_tiles ? __shfl_sync(dev::kFull, fill_pages, (j * hw + lane) & 31) : load_pages(j, hw);
+  }
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
@@ -850,12 +864,12 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   int s = 0, sp = S - 1;            // stage of this iteration, of the previous one
   uint32_t ph = 0u, php = 1u;        // their use parities
   for (int it = 0; it < rg.tiles; ++it) {
-    if (warp == 0 && it >= 1 && it - 1 + S < rg.tiles) {  // refill the stage read in iteration it − 1
+    if (it >= 1 && warp == ((it - 1) & (n_prod - 1)) && it - 1 + S < rg.tiles) {  // refill the stage read in iteration it − 1
       const int pages = next_pages;
       // (tiles < fill_tiles are in fill_pages already; taking them from there with a
       // shuffle instead of this reload made the producer path longer: 32K 4bit_nc +0.7%,
       // k3v4_nc +2.6%, A/B in run 17)
-      next_pages = load_pages(it + S, hw);
+      next_pages = load_pages(it + n_prod - 1 + S, hw);
       dev::mbar_wait(empty0 + 8u * sp, php);
       issue(it - 1 + S, sp, pages, 0);
     }
