@@ -16,9 +16,11 @@
 // heads), three plane runs in the plane layout; CTAs of 8 of the kv heads with unpadded rows
 // take a half as one box of a tensor map instead, cp.async.bulk.tensor: TM) completing on a
 // "full" mbarrier per stage; every warp releases a stage on its "empty"
-// mbarrier and warp 0 refills it, with block-table entries it loaded one refill
-// earlier (a table lookup inside the refill put an L2 round trip on warp 0's path,
-// and the whole ring moves at warp 0's pace). Every slot is read from HBM once per query
+// mbarrier and the refills take turns among the first warps (warp (it − 1) % n_prod in
+// iteration it), each with block-table entries it loaded at its turn before (a table lookup
+// inside the refill put an L2 round trip on the refilling warp's path, and the ring moves at
+// that warp's pace; run 48: warp 0 doing every refill on top of its own sub-tile had set every
+// CTA's pace — k3v4_nc −2.4% with four warps taking turns). Every slot is read from HBM once per query
 // group. 16-token halves past the range end are not copied (their page may not
 // exist); rows past it inside a copied half are read but masked (selects, not
 // products: never-written slots may hold NaN).
@@ -523,12 +525,13 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int64_t row_bytes = int64_t(a.n_kv_heads) * SLOT;
   const int32_t* btab = a.table + int64_t(b) * a.table_stride;
   const int bs_mask = a.block_size - 1;
-  // Block-table entries one refill ahead: lane x < 2·wph holds the page of half x of
-  // the next tile to issue, loaded while the current refill goes out, so the producer
-  // warp never stalls on a global load (an L2 round trip per stage made warp 0 the
-  // slowest warp, and the ring moves at its pace). The first fill_tiles tiles' entries
-  // are loaded at once (lane x: tile x / 2·wph), before the barriers are set up: one
-  // round trip at the start instead of one per stage ahead of warp 0's prologue.
+  // Block-table entries one turn ahead: lane x < 2·wph of a refilling warp holds the page of half x
+  // of the next tile it will issue, loaded while its current refill goes out, so the refill never
+  // stalls on a global load (an L2 round trip per stage made warp 0 the slowest warp, and the
+  // ring moves at its pace). The first fill_tiles tiles' entries are loaded at once (lane x:
+  // tile x / 2·wph), before the barriers are set up: one round trip at the start instead of one
+  // per stage ahead of warp 0's prologue; the refilling warps 1 … n_prod − 1 load them too and
+  // take their first turn's pages from them.
   const int hw = 2 * wph, fill_tiles = 32 / hw;
   auto load_pages = [&](int j, int lanes) -> int {  // lane x < lanes: half x % 2·wph of tile j + x / 2·wph
     const int jj = j + lane / hw, tj = rg.begin + jj * tile + 16 * (lane % hw);
