@@ -531,7 +531,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // ring moves at its pace). The first fill_tiles tiles' entries are loaded at once (lane x:
   // tile x / 2·wph), before the barriers are set up: one round trip at the start instead of one
   // per stage ahead of warp 0's prologue; the refilling warps 1 … n_prod − 1 load them too and
-  // take their first turn's pages from them.
+  // take their first turn's pages from them (or, where that turn's tile lies past them — 2·wph ≥ 8 —
+  // load its pages just before the LUT barrier).
   const int hw = 2 * wph, fill_tiles = 32 / hw;
   auto load_pages = [&](int j, int lanes) -> int {  // lane x < lanes: half x % 2·wph of tile j + x / 2·wph
     const int jj = j + lane / hw, tj = rg.begin + jj * tile + 16 * (lane % hw);
