@@ -515,8 +515,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     if (dyn_base < kBaseMin || dyn_base > kBaseMax || qaddr + uint32_t(nwarps * D * 4) > dyn_base + dyn_size) __trap();
   }
 
-  // ---- producer (warp 0): the copies of stage `s` for CTA tile j ----
-  const bool contig = hpc == a.n_kv_heads && row_pad == 0;  // the half is one copy
+  // ---- producer (the refilling warp): the copies of stage `s` for CTA tile j ----
+  const bool contig = hpc == a.n_kv_heads && row_pad == 0;  // the half is one copy (issue: one lane per half)
   constexpr int kPlaneRuns = 3;
   const int runs = P ? kPlaneRuns : contig || TM ? 1 : 16;  // copies per 16-token half
   if constexpr (TM) {  // the boxes' shared destinations: 128-byte aligned (halves are 128 · slot bytes)
@@ -569,6 +569,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     constexpr int kLines = (2 * C::kD + 127) / 128;  // 128-byte lines of a query row
     if (lane < group() * kLines) dev::prefetch_l1(q_row(lane / kLines) + 64 * (lane % kLines));
   }
+  // the cache row of token tj of a page (rb: the row stride)
+  auto half_src = [&](int64_t page, int tj, int64_t rb) { return cache + ((page << a.log2_block_size) + (tj & bs_mask)) * rb; };
   // pages: lane src0 + x holds the page of half x of tile j
   auto issue = [&](int j, int s, int pages, int src0) {
     const int t_first = rg.begin + j * tile;
@@ -581,8 +583,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     if (!TM && !P && contig) {  // one copy per half: lane x copies half x (rows of all the kv heads: kH of them)
       const int64_t page = __shfl_sync(dev::kFull, pages, (src0 + lane) & 31);
       if (lane < halves) {
-        const int64_t rb = kH > 0 ? int64_t(kH) * SLOT : row_bytes;
-        const uint8_t* g = cache + ((page << a.log2_block_size) + ((t_first + 16 * lane) & bs_mask)) * rb;
+        const uint8_t* g = half_src(page, t_first + 16 * lane, kH > 0 ? int64_t(kH) * SLOT : row_bytes);
         dev::bulk_copy_g2s(piece(2 * s * wph + lane), g, uint32_t(copy_bytes), bar, pol);
       }
       return;
@@ -593,7 +594,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       const int64_t page = __shfl_sync(dev::kFull, pages, src0 + hx);
       if (c >= halves * runs) continue;
       const int tj = t_first + 16 * hx;
-      const uint8_t* g = cache + ((page << a.log2_block_size) + (tj & bs_mask)) * row_bytes;
+      const uint8_t* g = half_src(page, tj, row_bytes);
       const uint32_t dst = piece(2 * s * wph + hx);
       if constexpr (TM) {  // box (this CTA's heads' bytes / 8, the half's 16 token rows)
         dev::tensor_copy_g2s_2d(dst, &t.map, hg * (H * SLOT / 8), int(page << a.log2_block_size) + (tj & bs_mask), bar, pol);
@@ -604,8 +605,6 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         const int soff = k == 0 ? 0 : k == 1 ? hpc * 16 * IB : hpc * 16 * (IB + VB);
         const int len = k == 0 ? hpc * 16 * IB : k == 1 ? hpc * 16 * VB : hpc * 96;
         dev::bulk_copy_g2s(dst + soff, g + goff, uint32_t(len), bar, pol);
-      } else if (contig) {
-        dev::bulk_copy_g2s(dst, g, uint32_t(copy_bytes), bar, pol);
       } else {  // token k's run of this CTA's hpc heads (to a padded row, or hpc < n_kv_heads)
         dev::bulk_copy_g2s(dst + k * (hpc * SLOT + row_pad), g + k * row_bytes + hg * hpc * SLOT, uint32_t(hpc * SLOT), bar, pol);
       }
