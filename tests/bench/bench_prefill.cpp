@@ -1,7 +1,8 @@
-// Prefill throughput of the CPU forward passes: tokens/s at n_ctx 512 for
-// SmolLM2 (and Gemma 3 when fetched), without logits and with logits for the
-// second half of the window (what perplexity scoring computes), f16 KV store.
-// Run: build/tests/bench_prefill [--ctx N] [--reps N] [--threads N]
+// Prefill throughput of the CPU forward passes: tokens/s at n_ctx 512 for each
+// fetched model (SmolLM2, Gemma 3, Qwen2.5-Coder 0.5B and 1.5B), without logits
+// and with logits for the second half of the window (what perplexity scoring
+// computes), f16 KV store.
+// Run: build/tests/bench_prefill [--ctx N] [--reps N] [--threads N] [--models a,b,...]
 // Needs the fetched models (data/fetch_models.sh); a plain main, no Google Benchmark.
 #include <sys/stat.h>
 
@@ -58,18 +59,25 @@ void bench(const std::string& name, int ctx, int reps, int threads) {
 
 int main(int argc, char** argv) {
   int ctx = 512, reps = 3, threads = 0;
+  std::string models = "smollm2,gemma3,qwen0.5b,qwen1.5b";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--models")) models = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else ctx = -1;  // unknown option: print the usage
   }
-  if (ctx < 2 || reps < 1) {
-    std::fprintf(stderr, "usage: bench_prefill [--ctx N>=2] [--reps N>=1] [--threads N]\n");
+  if (ctx < 2 || reps < 1 || argc % 2 == 0) {
+    std::fprintf(stderr, "usage: bench_prefill [--ctx N>=2] [--reps N>=1] [--threads N] [--models a,b,...]\n");
     return 2;
   }
   try {
-    bench("smollm2", ctx, reps, threads);
-    bench("gemma3", ctx, reps, threads);
+    size_t pos = 0;
+    while (pos <= models.size()) {
+      const size_t comma = std::min(models.find(',', pos), models.size());
+      if (comma > pos) bench(models.substr(pos, comma - pos), ctx, reps, threads);
+      pos = comma + 1;
+    }
   } catch (const tq::Error& e) {
     std::fprintf(stderr, "bench_prefill: error: %s\n", e.what());
     return 2;

@@ -1,8 +1,8 @@
 // The forward passes on tiny random models (GGUF files written by the test)
-// against a naive float64 reference written from shared/MODELS.md §3/§4:
-// RMSNorm, RoPE NORM vs NEOX pairing, GQA, SwiGLU vs GELU-tanh, Gemma's
-// embedding scale, QK-norm, post-norms, sliding window and per-layer RoPE
-// bases. No model files needed; runs under the sanitizers.
+// against a naive float64 reference written from docs/models.md: RMSNorm, RoPE
+// NORM vs NEOX pairing, GQA, SwiGLU vs GELU-tanh, Gemma's embedding scale,
+// QK-norm, post-norms, sliding window and per-layer RoPE bases, Qwen2's Q/K/V
+// biases and untied output. No model files needed; runs under the sanitizers.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -88,6 +88,12 @@ struct Spec {
   float theta;
 };
 
+// Deliberate defects in the written file (bad-input tests).
+struct Faults {
+  std::string omit;                                      // a tensor left out
+  std::map<std::string, std::vector<uint64_t>> reshape;  // tensors written with a wrong shape
+};
+
 using Mat = std::vector<double>;  // row-major [out, in]
 struct Weights {
   std::map<std::string, Mat> m;
@@ -109,12 +115,12 @@ std::vector<std::string> byte_vocab() {
   return v;
 }
 
-Weights make_model(const Spec& s, const std::string& path, uint64_t seed) {
+Weights make_model(const Spec& s, const std::string& path, uint64_t seed, const Faults& faults = {}) {
   Rng rng(seed);
   File f;
   Weights w;
   const std::string a = s.arch + ".";
-  const bool gemma = s.arch == "gemma3";
+  const bool gemma = s.arch == "gemma3", qwen2 = s.arch == "qwen2";
   const int vocab = 257;
   f.str("general.architecture", s.arch);
   f.str("general.name", "tiny-" + s.arch);
@@ -123,8 +129,10 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed) {
   f.u32(a + "feed_forward_length", uint32_t(s.ff));
   f.u32(a + "attention.head_count", uint32_t(s.heads));
   f.u32(a + "attention.head_count_kv", uint32_t(s.kv_heads));
-  f.u32(a + "attention.key_length", uint32_t(s.hd));
-  f.u32(a + "attention.value_length", uint32_t(s.hd));
+  if (!qwen2) {  // qwen2 GGUFs have no key_length: head_dim = n_embd / n_head
+    f.u32(a + "attention.key_length", uint32_t(s.hd));
+    f.u32(a + "attention.value_length", uint32_t(s.hd));
+  }
   f.f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   f.f32(a + "rope.freq_base", s.theta);
   if (gemma) f.u32(a + "attention.sliding_window", uint32_t(s.window));
@@ -132,22 +140,37 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed) {
   f.str("tokenizer.ggml.pre", "gpt2");
   f.strs("tokenizer.ggml.tokens", byte_vocab());
   f.strs("tokenizer.ggml.merges", {});
+  auto add = [&](const std::string& name, std::vector<uint64_t> ne, std::vector<float> d) {
+    w.m[name] = Mat(d.begin(), d.end());
+    if (name == faults.omit) return;
+    if (auto it = faults.reshape.find(name); it != faults.reshape.end()) {
+      ne = it->second;
+      uint64_t n = 1;
+      for (uint64_t x : ne) n *= x;
+      d.resize(n, 0.5f);
+    }
+    f.tensor(name, std::move(ne), std::move(d));
+  };
   auto mat = [&](const std::string& name, int in, int out, double scale) {
     std::vector<float> d(size_t(in) * size_t(out));
-    Mat m(d.size());
-    for (size_t i = 0; i < d.size(); ++i) m[i] = d[i] = float(scale * rng.gaussian());
-    f.tensor(name, {uint64_t(in), uint64_t(out)}, d);
-    w.m[name] = m;
+    for (float& x : d) x = float(scale * rng.gaussian());
+    add(name, {uint64_t(in), uint64_t(out)}, std::move(d));
   };
   auto norm = [&](const std::string& name, int n) {
     std::vector<float> d(static_cast<size_t>(n));
-    Mat m(d.size());
-    for (size_t i = 0; i < d.size(); ++i) m[i] = d[i] = float(1.0 + 0.2 * rng.gaussian());
-    f.tensor(name, {uint64_t(n)}, d);
-    w.m[name] = m;
+    for (float& x : d) x = float(1.0 + 0.2 * rng.gaussian());
+    add(name, {uint64_t(n)}, std::move(d));
+  };
+  // Biases large against the unit-scale projections, as Qwen2's K bias is
+  // (layer 0: |b| up to ~354 against keys of norm ~20 without it).
+  auto bias = [&](const std::string& name, int n, double scale) {
+    std::vector<float> d(static_cast<size_t>(n));
+    for (float& x : d) x = float(scale * rng.gaussian());
+    add(name, {uint64_t(n)}, std::move(d));
   };
   mat("token_embd.weight", s.embd, vocab, gemma ? 0.2 : 1.0);
   norm("output_norm.weight", s.embd);
+  if (qwen2) mat("output.weight", s.embd, vocab, 0.5);  // untied
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     norm(b + "attn_norm.weight", s.embd);
@@ -155,6 +178,11 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed) {
     mat(b + "attn_q.weight", s.embd, s.heads * s.hd, 0.4);
     mat(b + "attn_k.weight", s.embd, s.kv_heads * s.hd, 0.4);
     mat(b + "attn_v.weight", s.embd, s.kv_heads * s.hd, 0.4);
+    if (qwen2) {
+      bias(b + "attn_q.bias", s.heads * s.hd, 0.5);
+      bias(b + "attn_k.bias", s.kv_heads * s.hd, 3.0);
+      bias(b + "attn_v.bias", s.kv_heads * s.hd, 0.5);
+    }
     mat(b + "attn_output.weight", s.heads * s.hd, s.embd, 0.3);
     mat(b + "ffn_gate.weight", s.embd, s.ff, 0.3);
     mat(b + "ffn_up.weight", s.embd, s.ff, 0.3);
@@ -188,7 +216,7 @@ void rmsnorm(double* x, int n, const Mat& w, double eps) {
 // Naive forward: logits [n, vocab] in double, following MODELS.md literally.
 std::vector<std::vector<double>> reference(const Spec& s, Weights& w, const std::vector<int32_t>& tok,
                                            bool window_on = true) {
-  const bool gemma = s.arch == "gemma3";
+  const bool gemma = s.arch == "gemma3", qwen2 = s.arch == "qwen2";
   const int n = int(tok.size()), E = s.embd, hd = s.hd, vocab = 257;
   const double eps = 1e-6;
   std::vector<std::vector<double>> h(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(E)));
@@ -207,6 +235,13 @@ std::vector<std::vector<double>> reference(const Spec& s, Weights& w, const std:
       q[size_t(i)] = matvec(w.m[b + "attn_q.weight"], a, s.heads * hd);
       k[size_t(i)] = matvec(w.m[b + "attn_k.weight"], a, s.kv_heads * hd);
       v[size_t(i)] = matvec(w.m[b + "attn_v.weight"], a, s.kv_heads * hd);
+      if (qwen2) {  // biases before RoPE
+        for (const char* t : {"q", "k", "v"}) {
+          std::vector<double>& x = *t == 'q' ? q[size_t(i)] : *t == 'k' ? k[size_t(i)] : v[size_t(i)];
+          const Mat& bb = w.m[b + "attn_" + t + ".bias"];
+          for (size_t c = 0; c < x.size(); ++c) x[c] += bb[c];
+        }
+      }
       auto rope = [&](std::vector<double>& x, int nh) {
         for (int hh = 0; hh < nh; ++hh) {
           double* p = x.data() + hh * hd;
@@ -215,7 +250,8 @@ std::vector<std::vector<double>> reference(const Spec& s, Weights& w, const std:
           }
           for (int j = 0; j < hd / 2; ++j) {
             const double ang = i * std::pow(theta, -2.0 * j / hd);
-            const int i0 = gemma ? j : 2 * j, i1 = gemma ? j + hd / 2 : 2 * j + 1;  // NEOX vs NORM
+            const bool neox = gemma || qwen2;
+            const int i0 = neox ? j : 2 * j, i1 = neox ? j + hd / 2 : 2 * j + 1;  // NEOX vs NORM
             const double x0 = p[i0], x1 = p[i1];
             p[i0] = x0 * std::cos(ang) - x1 * std::sin(ang);
             p[i1] = x0 * std::sin(ang) + x1 * std::cos(ang);
@@ -265,7 +301,7 @@ std::vector<std::vector<double>> reference(const Spec& s, Weights& w, const std:
   for (int i = 0; i < n; ++i) {
     std::vector<double> x = h[size_t(i)];
     rmsnorm(x.data(), E, w.m["output_norm.weight"], eps);
-    logits.push_back(matvec(w.m["token_embd.weight"], x, vocab));
+    logits.push_back(matvec(w.m[qwen2 ? "output.weight" : "token_embd.weight"], x, vocab));
   }
   return logits;
 }
@@ -348,6 +384,53 @@ TEST_CASE("tiny gemma3: forward matches a float64 reference (NEOX, QK-norm, wind
   CHECK((g.topRows(5) - got.topRows(5)).cwiseAbs().maxCoeff() == 0.0f);  // positions < window: unaffected
 }
 
+TEST_CASE("tiny qwen2: forward matches a float64 reference (biases, NEOX, head_dim, untied output)", "[model_tiny]") {
+  const Spec s{"qwen2", 2, 32, 48, 4, 2, 8, 0, 1e6f};
+  TempPath path("tq_test_tiny_qwen2.gguf");
+  Weights w = make_model(s, path.p, 11);
+  const Model m = Model::load(path.p, false);
+  const ModelConfig& c = m.config();
+  CHECK(c.head_dim == 8);  // n_embd / n_head: the file has no key_length
+  CHECK(c.rope_neox);
+  CHECK(c.qkv_bias);
+  CHECK(c.layers[1].rope_theta == 1e6f);
+  const auto tok = random_tokens(70, 12);
+  const auto want = reference(s, w, tok);
+  const RowMatrix got = m.forward(tok, nullptr, 0);
+  CHECK(max_rel_err(got, want, 0) < 2e-5);
+  // Without the biases the reference differs: they matter at this scale.
+  Weights nob = w;
+  for (int l = 0; l < 2; ++l)
+    for (const char* t : {"q", "k", "v"})
+      for (double& x : nob.m["blk." + std::to_string(l) + ".attn_" + t + ".bias"]) x = 0;
+  CHECK(max_rel_err(got, reference(s, nob, tok), 0) > 1e-2);
+  // The captured keys carry the bias.
+  struct Cap : LayerCapture {
+    std::vector<float> k0;
+    void capture(int layer, int64_t n, const float*, const float* k, const float*) override {
+      if (layer == 0) k0.assign(k, k + n * 2 * 8);
+    }
+  } cap;
+  m.forward(tok, nullptr, 0, &cap);
+  double mean0 = 0;  // position 0 is not rotated: its key is Wk·a + bk exactly
+  for (int i = 0; i < 8; ++i) mean0 += std::fabs(cap.k0[size_t(i)] - w.m["blk.0.attn_k.bias"][size_t(i)]);
+  CHECK(mean0 / 8 < 4.0);  // |Wk·a| ~ 0.4·√32 ≈ 2.3 per coordinate, the bias ~3
+}
+
+TEST_CASE("tiny qwen2: a missing or misshapen bias is named", "[model_tiny]") {
+  const Spec s{"qwen2", 1, 32, 48, 4, 2, 8, 0, 1e6f};
+  TempPath p1("tq_test_tiny_qwen2_nobias.gguf");
+  make_model(s, p1.p, 13, Faults{"blk.0.attn_k.bias", {}});
+  CHECK_THROWS_WITH(Model::load(p1.p, false), Catch::Contains("tensor 'blk.0.attn_k.bias' is missing"));
+  TempPath p2("tq_test_tiny_qwen2_badbias.gguf");
+  make_model(s, p2.p, 13, Faults{"", {{"blk.0.attn_v.bias", {12}}}});
+  CHECK_THROWS_WITH(Model::load(p2.p, false),
+                    Catch::Contains("tensor 'blk.0.attn_v.bias' has shape [12], expected [16]"));
+  TempPath p3("tq_test_tiny_qwen2_badq.gguf");
+  make_model(s, p3.p, 13, Faults{"", {{"blk.0.attn_q.weight", {32, 30}}}});
+  CHECK_THROWS_WITH(Model::load(p3.p, false), Catch::Contains("tensor 'blk.0.attn_q.weight' has shape"));
+}
+
 TEST_CASE("tiny models: captures, stores and bad input", "[model_tiny]") {
   const Spec s{"llama", 2, 32, 48, 4, 2, 8, 0, 10000.0f};
   TempPath path("tq_test_tiny_llama2.gguf");
@@ -380,6 +463,7 @@ TEST_CASE("tiny models: captures, stores and bad input", "[model_tiny]") {
   TempPath bp("tq_test_tiny_bert.gguf");
   bad.write(bp.p);
   CHECK_THROWS_WITH(Model::load(bp.p, false), Catch::Contains("architecture 'bert' is not supported"));
+  CHECK_THROWS_WITH(Model::load(bp.p, false), Catch::Contains("supported: llama, gemma3, qwen2"));
   CHECK(make_kv_store("f16") != nullptr);
   CHECK_THROWS_WITH(make_kv_store("q9"), Catch::Contains("unknown format 'q9'"));
   KvStoreOptions so;

@@ -1,5 +1,5 @@
-// CPU forward passes (Eigen, float32) of the two real models tqkit studies,
-// loaded from GGUF (shared/MODELS.md §3, §4):
+// CPU forward passes (float32) of the real models tqkit studies, loaded from
+// GGUF (docs/models.md has the facts per architecture):
 //
 //  - arch "llama"  (SmolLM2-135M): RMSNorm → Q/K/V → RoPE NORM mode (adjacent
 //    pairs) → GQA causal attention (scores · 1/√d) → Wo → residual; RMSNorm →
@@ -10,6 +10,9 @@
 //    gemma3.attention.sliding_window: keys with i − j ≥ window are masked);
 //    scores · 1/√head_dim (= query_pre_attn_scalar^−½ for 270M); post-attention
 //    and post-FFN norms; GELU-tanh gated FFN.
+//  - arch "qwen2" (Qwen2.5(-Coder) 0.5B/1.5B): as llama, plus F32 biases added
+//    after the Q/K/V projections (before RoPE), RoPE NEOX mode, untied
+//    output.weight; head_dim = n_embd / n_head when key_length is absent.
 //
 // Weights are dequantized to float32 at load. Every forward runs positions
 // 0..n−1 of a token sequence with a fresh cache (the llama-perplexity method);
@@ -30,6 +33,9 @@ namespace tq {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// The GGUF general.architecture values Model::load accepts.
+inline constexpr const char* kSupportedArchitectures = "llama, gemma3, qwen2";
+
 struct LayerConfig {
   float rope_theta = 10000.0f;
   int sliding_window = 0;   // 0 = global attention
@@ -37,7 +43,7 @@ struct LayerConfig {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama" | "gemma3"
+  std::string arch;  // one of kSupportedArchitectures
   std::string name;  // general.name
   std::string path;
   int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_embd = 0, n_ff = 0, n_vocab = 0;
@@ -46,6 +52,7 @@ struct ModelConfig {
   float embd_scale = 1.0f;        // gemma3: √n_embd
   bool rope_neox = false;         // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
   bool qk_norm = false, post_norms = false, gelu = false;
+  bool qkv_bias = false;          // qwen2: biases added after the Q/K/V projections
   std::vector<LayerConfig> layers;
 
   std::string summary() const;  // multi-line, for the load log

@@ -18,9 +18,13 @@ std::string default_model_path(const std::string& name) {
   std::string file = name;
   if (name == "smollm2") file = kSmolLM2File;
   else if (name == "gemma3") file = kGemma3File;
+  else if (name == "qwen0.5b") file = kQwen05File;
+  else if (name == "qwen1.5b") file = kQwen15File;
   return cache_dir() + "/models/" + file;
 }
 
 std::string default_text_path() { return cache_dir() + "/text/jargon-part1.txt"; }
+
+std::string long_text_path() { return cache_dir() + "/text/jargon-lexicon.txt"; }
 
 }  // namespace tq

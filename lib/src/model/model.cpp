@@ -56,8 +56,16 @@ void rms_norm_rows(float* x, int64_t rows, int64_t width, const Vec& w, float ep
 
 struct Layer {
   Vec attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffw_norm;
+  Vec bq, bk, bv;  // qwen2: projection biases (empty otherwise)
   RowMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
 };
+
+// Adds b to every row of X [n, b.size()].
+void add_bias(RowMatrix& X, const Vec& b) {
+  if (b.size() == 0) return;
+  TQ_ASSERT(X.cols() == b.size());
+  X.rowwise() += b.transpose();
+}
 
 }  // namespace
 
@@ -87,9 +95,9 @@ const std::string& Model::load_log() const { return impl_->log; }
 std::string ModelConfig::summary() const {
   std::string s = fmt::format(
       "model '{}' (arch {}): {} layers, n_embd {}, n_ff {}, {} query heads, {} KV heads, head_dim {}, n_rot {}, "
-      "vocab {}, rms_eps {:g}, embedding scale {:g}, RoPE {}{}{}{}\n",
+      "vocab {}, rms_eps {:g}, embedding scale {:g}, RoPE {}{}{}{}{}\n",
       name, arch, n_layers, n_embd, n_ff, n_heads, n_kv_heads, head_dim, n_rot, n_vocab, rms_eps, embd_scale,
-      rope_neox ? "NEOX" : "NORM", qk_norm ? ", QK-norm" : "", post_norms ? ", post-norms" : "",
+      rope_neox ? "NEOX" : "NORM", qkv_bias ? ", QKV biases" : "", qk_norm ? ", QK-norm" : "", post_norms ? ", post-norms" : "",
       gelu ? ", GELU-tanh FFN" : ", SwiGLU FFN");
   // One line per distinct layer setting, listing the layers that use it.
   std::vector<bool> done(layers.size(), false);
@@ -139,8 +147,8 @@ RowMatrix load_mat(const GgufFile& f, const std::string& name, int64_t in, int64
 Model Model::load(const std::string& path, bool verbose) {
   const GgufFile f = GgufFile::open(path);
   const std::string arch = f.get_string("general.architecture");
-  TQ_CHECK(arch == "llama" || arch == "gemma3", "{}: architecture '{}' is not supported (expected llama or gemma3)",
-           path, arch);
+  TQ_CHECK(arch == "llama" || arch == "gemma3" || arch == "qwen2",
+           "{}: architecture '{}' is not supported (supported: {})", path, arch, kSupportedArchitectures);
   auto im = std::make_unique<Impl>(Impl{ModelConfig{}, Tokenizer::from_gguf(f), {}, {}, {}, {}, {}});
   ModelConfig& c = im->cfg;
   c.path = path;
@@ -148,6 +156,7 @@ Model Model::load(const std::string& path, bool verbose) {
   c.name = f.get_string("general.name", "");
   const std::string p = c.arch + ".";
   const bool gemma = c.arch == "gemma3";
+  const bool qwen2 = c.arch == "qwen2";
   c.n_layers = int(f.get_u32(p + "block_count"));
   c.n_embd = int(f.get_u32(p + "embedding_length"));
   c.n_ff = int(f.get_u32(p + "feed_forward_length"));
@@ -187,6 +196,10 @@ Model Model::load(const std::string& path, bool verbose) {
       c.layers.push_back({global ? theta : 10000.0f, global ? 0 : window, attn_scale});
     }
   } else {
+    // qwen2: rotate-half RoPE (llama.cpp LLAMA_ROPE_TYPE_NEOX for this arch);
+    // Q/K/V biases are loaded below.
+    c.rope_neox = qwen2;
+    c.qkv_bias = qwen2;
     for (int l = 0; l < c.n_layers; ++l) c.layers.push_back({theta, 0, attn_scale});
   }
 
@@ -213,6 +226,11 @@ Model Model::load(const std::string& path, bool verbose) {
     L.w_gate = load_mat(f, b + "ffn_gate.weight", c.n_embd, c.n_ff, nt);
     L.w_up = load_mat(f, b + "ffn_up.weight", c.n_embd, c.n_ff, nt);
     L.w_down = load_mat(f, b + "ffn_down.weight", c.n_ff, c.n_embd, nt);
+    if (c.qkv_bias) {
+      L.bq = load_vec(f, b + "attn_q.bias", q_dim);
+      L.bk = load_vec(f, b + "attn_k.bias", kv_dim);
+      L.bv = load_vec(f, b + "attn_v.bias", kv_dim);
+    }
     if (c.qk_norm) {
       L.q_norm = load_vec(f, b + "attn_q_norm.weight", c.head_dim);
       L.k_norm = load_vec(f, b + "attn_k_norm.weight", c.head_dim);
@@ -315,6 +333,9 @@ RowMatrix Model::forward(const std::vector<int32_t>& tokens, KvStore* store, int
     matmul_t(a, L.wq, q, nt);
     matmul_t(a, L.wk, k, nt);
     matmul_t(a, L.wv, v, nt);
+    add_bias(q, L.bq);
+    add_bias(k, L.bk);
+    add_bias(v, L.bv);
     if (c.qk_norm) {
       rms_norm_rows(q.data(), n * c.n_heads, hd, L.q_norm, c.rms_eps);
       rms_norm_rows(k.data(), n * c.n_kv_heads, hd, L.k_norm, c.rms_eps);

@@ -120,6 +120,17 @@ class Regex {
 
 constexpr const char* kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+// Qwen2's pre-tokenizer (its tokenizer.json, with the case-insensitive
+// contractions spelled out as llama.cpp does): letters keep one leading
+// non-letter, digits split one by one, punctuation runs take trailing newlines.
+constexpr const char* kQwen2Regex =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Token texts llama.cpp treats as end-of-generation markers and therefore as
+// control tokens whatever type the file gives them (so that a literal "</s>"
+// in Gemma's plain text is split like any other text).
+constexpr const char* kForcedControl[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                          "</s>", "<|eom_id|>", "<EOT>", "<|end_of_text|>"};
 constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581 ▁
 
 // One piece of the text after cutting out special tokens.
@@ -217,6 +228,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   TQ_CHECK(!t.add_bos || t.bos >= 0, "{}: add_bos_token is set but there is no bos_token_id", f.path());
   t.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix", false);
 
+  for (int32_t i = 0; i < n; ++i)
+    for (const char* c : kForcedControl)
+      if (t.tokens[size_t(i)] == c) t.types[size_t(i)] = kControl;
+
   t.all_ids.reserve(size_t(n));
   for (int32_t i = 0; i < n; ++i) {
     t.all_ids.emplace(t.tokens[i], i);  // first id wins on duplicate strings
@@ -252,10 +267,15 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
       t.merge_rank.emplace(merges[r], int32_t(r));
     }
     const std::string pre = f.get_string("tokenizer.ggml.pre", "default");
-    if (pre == "smollm") t.pre.push_back(std::make_unique<Regex>("\\p{N}"));
-    else if (pre != "default" && pre != "gpt2")
-      TQ_THROW("{}: tokenizer.ggml.pre '{}' is not supported (expected smollm, gpt2 or default)", f.path(), pre);
-    t.pre.push_back(std::make_unique<Regex>(kGpt2Regex));
+    if (pre == "qwen2") {
+      t.pre.push_back(std::make_unique<Regex>(kQwen2Regex));
+    } else {
+      if (pre == "smollm") t.pre.push_back(std::make_unique<Regex>("\\p{N}"));
+      else if (pre != "default" && pre != "gpt2")
+        TQ_THROW("{}: tokenizer.ggml.pre '{}' is not supported (expected smollm, qwen2, gpt2 or default)", f.path(),
+                 pre);
+      t.pre.push_back(std::make_unique<Regex>(kGpt2Regex));
+    }
   }
   return Tokenizer(std::move(im));
 }
