@@ -1,6 +1,6 @@
 // CPU encode/decode throughput (rows/s, one core) of the vLLM presets and
 // turbo blocks at head_dim 128, next to a baseline that rotates with a dense
-// d×d GEMM (Eigen) instead of the FWHT. Target (DESIGN.md): ≥ 5 M keys/s
+// d×d GEMM (Eigen) instead of the FWHT. The CPU encode target (README): ≥ 5 M keys/s
 // encode for turboquant_4bit_nc.
 // Run: taskset -c 0 build/tests/bench_formats [--benchmark_min_time=0.5]
 #include <benchmark/benchmark.h>

@@ -1,6 +1,6 @@
 // Tokenizers of the real model files against known ids.
 //
-// SmolLM2 (gpt2/smollm): the smoke vectors of shared/MODELS.md §3 hold, and
+// SmolLM2 (gpt2/smollm): the smoke vectors of docs/models.md §6 hold, and
 // the whole evaluation corpus was cross-checked once against Hugging Face
 // `tokenizers` (transformers' GGUF conversion): identical 18448 ids.
 // Gemma 3 (llama/SPM): ids below were cross-checked against the sentencepiece
@@ -54,7 +54,7 @@ const std::vector<std::string> kVaried = {
 
 }  // namespace
 
-TEST_CASE("smollm2 tokenizer: smoke vectors from MODELS.md", "[model][tokenizer]") {
+TEST_CASE("smollm2 tokenizer: smoke vectors from docs/models.md", "[model][tokenizer]") {
   const Tokenizer& t = smollm2();
   CHECK(t.kind() == Tokenizer::Kind::Gpt2Bpe);
   CHECK(t.n_vocab() == 49152);

@@ -1,6 +1,6 @@
 // GGUF reader: files built in memory by an independent little writer, every
 // block type against a naive float64 dequantization written from the formulas
-// in shared/MODELS.md §2, and corrupted files (every truncation, bad fields,
+// in docs/models.md §2, and corrupted files (every truncation, bad fields,
 // huge counts, random byte flips) that must throw tq::Error, never crash.
 #include <catch2/catch.hpp>
 
@@ -99,7 +99,7 @@ struct Writer {
   }
 };
 
-// ---- naive float64 reference dequantization (MODELS.md §2) -------------------
+// ---- naive float64 reference dequantization (docs/models.md §2) --------------
 double half64(const uint8_t* p) {
   const unsigned h = unsigned(p[0]) | (unsigned(p[1]) << 8);
   const int e = int((h >> 10) & 31), m = int(h & 1023);

@@ -213,7 +213,7 @@ void rmsnorm(double* x, int n, const Mat& w, double eps) {
   for (int i = 0; i < n; ++i) x[i] = x[i] * s * w[size_t(i)];
 }
 
-// Naive forward: logits [n, vocab] in double, following MODELS.md literally.
+// Naive forward: logits [n, vocab] in double, following docs/models.md literally.
 std::vector<std::vector<double>> reference(const Spec& s, Weights& w, const std::vector<int32_t>& tok,
                                            bool window_on = true) {
   const bool gemma = s.arch == "gemma3", qwen2 = s.arch == "qwen2";

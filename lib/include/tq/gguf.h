@@ -1,6 +1,6 @@
 // GGUF reader (versions 2 and 3) and ggml block dequantization.
 //
-// Layout (little-endian; shared/MODELS.md §1): "GGUF", u32 version, u64
+// Layout (little-endian; docs/models.md §1): "GGUF", u32 version, u64
 // n_tensors, u64 n_kv; n_kv × (string key, u32 type, value); n_tensors ×
 // (string name, u32 n_dims, n_dims × u64 ne, u32 ggml type, u64 offset);
 // padding to `general.alignment` (default 32); the tensor data section.

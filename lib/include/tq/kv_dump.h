@@ -1,5 +1,5 @@
 // KV dumps: per-layer post-RoPE Q, K and V of a real model over a text, in
-// HDF5 (schema "tqkit-kvdump/1", DESIGN.md), readable by h5py:
+// HDF5 (schema "tqkit-kvdump/1", docs/kv_dump.md), readable by h5py:
 //
 //   /            attrs: schema, model, arch, source_file, source_sha256,
 //                       created_by (UTF-8 strings); n_layers, n_heads,

@@ -1,5 +1,5 @@
 // Perplexity and KL divergence of a model whose KV cache goes through a
-// format, by the llama.cpp `llama-perplexity` method (shared/MODELS.md §5):
+// format, by the llama.cpp `llama-perplexity` method (docs/models.md §7):
 //
 //  - tokenize the whole text (one trailing '\n' stripped; BOS as the model's
 //    tokenizer adds it); at least 2·n_ctx tokens are needed;

@@ -1,5 +1,5 @@
 // Tokenizers built from GGUF metadata (tokenizer.ggml.*), following llama.cpp
-// (shared/MODELS.md §3, §4).
+// (docs/models.md §6).
 //
 //  - "gpt2": byte-level BPE. Pre-tokenizer: for pre "smollm", every \p{N}
 //    character is split off first; then the GPT-2 regex (PCRE2, UTF + UCP).
