@@ -4,6 +4,7 @@
 // panels of 16, k-slices of 256) and with leading dimensions > the width.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -24,6 +25,48 @@ TEST_CASE("gemm_nt: matches a naive float64 product on both paths", "[gemm]") {
       for (auto& x : X) x = float(rng.gaussian());
       for (auto& w : W) w = float(rng.gaussian());
       tq::detail::gemm_nt(s.n, s.m, s.k, X.data(), ldx, W.data(), ldw, Y.data(), ldy);
+      double worst = 0;
+      for (int i = 0; i < s.n; ++i) {
+        for (int j = 0; j < s.m; ++j) {
+          double ref = 0, mag = 0;
+          for (int p = 0; p < s.k; ++p) {
+            ref += double(X[size_t(i) * ldx + p]) * double(W[size_t(j) * ldw + p]);
+            mag += std::fabs(double(X[size_t(i) * ldx + p]) * double(W[size_t(j) * ldw + p]));
+          }
+          worst = std::max(worst, std::fabs(double(Y[size_t(i) * ldy + j]) - ref) / (mag + 1e-30));
+        }
+        for (int j = s.m; j < ldy; ++j) CHECK(Y[size_t(i) * ldy + j] == 7.0f);  // padding untouched
+      }
+      CHECK(worst < 1e-6);
+    }
+  }
+  tq::detail::gemm_force_eigen(false);
+}
+
+TEST_CASE("gemm_packed: pre-packed weights give the naive float64 product on both paths", "[gemm]") {
+  tq::Rng rng(9);
+  struct Shape { int n, m, k; };
+  const Shape shapes[] = {{1, 1, 1}, {7, 13, 37}, {6, 16, 256}, {13, 33, 300}, {64, 200, 64}, {5, 400, 513}};
+  for (const bool portable : {false, true}) {
+    tq::detail::gemm_force_eigen(portable);
+    for (const Shape& s : shapes) {
+      INFO("portable " << portable << " n " << s.n << " m " << s.m << " k " << s.k);
+      const int ldx = s.k + 3, ldw = s.k + 5, ldy = s.m + 2;
+      std::vector<float> X(size_t(s.n) * ldx), W(size_t(s.m) * ldw), Y(size_t(s.n) * ldy, 7.0f), row(size_t(s.k));
+      for (auto& x : X) x = float(rng.gaussian());
+      for (auto& w : W) w = float(rng.gaussian());
+      tq::detail::PackedMatrix P(s.m, s.k);
+      // Two halves, as the loader writes blocks of rows.
+      P.set_rows(0, s.m / 2, W.data(), ldw);
+      P.set_rows(s.m / 2, s.m - s.m / 2, W.data() + size_t(s.m / 2) * ldw, ldw);
+      for (int j = 0; j < s.m; ++j) {
+        P.get_row(j, row.data());
+        for (int p = 0; p < s.k; ++p) REQUIRE(row[size_t(p)] == W[size_t(j) * ldw + p]);
+      }
+      // Columns in two calls split at a panel boundary, as threads do.
+      const int split = std::min(s.m, 16 * ((s.m / 16 + 1) / 2));
+      tq::detail::gemm_packed(s.n, X.data(), ldx, P, 0, split, Y.data(), ldy);
+      tq::detail::gemm_packed(s.n, X.data(), ldx, P, split, s.m, Y.data(), ldy);
       double worst = 0;
       for (int i = 0; i < s.n; ++i) {
         for (int j = 0; j < s.m; ++j) {
