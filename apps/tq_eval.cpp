@@ -1,5 +1,6 @@
-// tq-eval: perplexity and KL divergence of a GGUF model whose KV cache is
-// stored in given formats, against an fp16 cache (llama-perplexity method).
+// tq-eval: end-to-end quality of a GGUF model whose KV cache is stored in given
+// formats: perplexity and KL divergence against an fp16 cache (llama-perplexity
+// method, --task ppl) or passkey retrieval (--task passkey).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -15,19 +16,25 @@
 #include "tq/kv_store_basic.h"
 #include "tq/layer_list.h"
 #include "tq/model.h"
+#include "tq/passkey.h"
 #include "tq/paths.h"
 #include "tq/perplexity.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"tq-eval: perplexity / KLD of a model with its KV cache in a given format (reference: fp16 cache)"};
-  std::string model_path, text_path = tq::default_text_path(), skip_layers = "none";
+  CLI::App app{"tq-eval: perplexity / KLD (reference: fp16 cache) or passkey retrieval of a model with its KV cache "
+               "in a given format"};
+  std::string task = "ppl", model_path, text_path, skip_layers = "none";
   std::vector<std::string> formats;
   int ctx = 512, chunks = -1, threads = 0;
   bool json = false, list_formats = false;
   int list_head_dim = 128;
-  app.add_option("--model", model_path, "GGUF model file (see data/fetch_models.sh)");
-  app.add_option("--text", text_path, "UTF-8 evaluation text (default: the data/fetch_text.sh corpus)")
+  tq::PasskeyOptions pk;
+  app.add_option("--task", task, "ppl: perplexity and KLD; passkey: needle-in-a-haystack retrieval")
+      ->check(CLI::IsMember({"ppl", "passkey"}))
       ->capture_default_str();
+  app.add_option("--model", model_path, "GGUF model file or a data/fetch_models.sh name (smollm2, gemma3, qwen0.5b, qwen1.5b)");
+  app.add_option("--text", text_path,
+                 "UTF-8 text (default: ppl jargon-part1.txt, passkey jargon-lexicon.txt from data/fetch_text.sh)");
   app.add_option("--format", formats,
                  "KV format(s) or specs to evaluate against the f16 reference (repeatable; 'all' = every preset)");
   app.add_option("--ctx", ctx, "context window n_ctx; positions n_ctx/2..n_ctx-2 are scored")->capture_default_str();
@@ -38,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--list-formats", list_formats, "list registered formats and their sizes");
   app.add_option("--head-dim", list_head_dim, "head_dim for --list-formats")->capture_default_str();
+  app.add_option("--lengths", pk.lengths, "passkey: sequence lengths in tokens")->delimiter(',')->capture_default_str();
+  app.add_option("--depths", pk.depths, "passkey: needle depths in [0, 1]")->delimiter(',')->capture_default_str();
+  app.add_option("--trials", pk.trials, "passkey: trials per (length, depth)")->capture_default_str();
+  app.add_option("--seed", pk.seed, "passkey: seed of the keys and haystack offsets")->capture_default_str();
 
   return tq::run_tool("tq-eval", app, argc, argv, [&]() -> int {
     if (list_formats) {
@@ -47,6 +58,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     TQ_CHECK(!model_path.empty(), "--model is required");
+    if (model_path.find('/') == std::string::npos && model_path.find(".gguf") == std::string::npos)
+      model_path = tq::default_model_path(model_path);  // a fetch_models.sh name
+    if (text_path.empty()) text_path = task == "passkey" ? tq::long_text_path() : tq::default_text_path();
     formats = tq::expand_format_names(formats);
     TQ_CHECK(ctx >= 8, "--ctx {} is too small (at least 8)", ctx);
     TQ_CHECK(chunks == -1 || chunks >= 1, "--chunks {} must be -1 or at least 1", chunks);
@@ -70,6 +84,34 @@ int main(int argc, char** argv) {
     }
     const auto base = tq::make_kv_store("f16", so);
     if (!json) std::fputs(model.load_log().c_str(), stderr);
+
+    if (task == "passkey") {
+      list.insert(list.begin(), {"f16", base.get()});
+      pk.n_threads = threads;
+      std::unique_ptr<tq::Progress> bar;
+      std::vector<tq::PasskeyTrial> trials;
+      const auto results = tq::evaluate_passkey(model, text, list, pk, &trials, [&](int done, int total) {
+        if (!bar) bar = std::make_unique<tq::Progress>("tq-eval: passkey forward passes", total);
+        bar->update(done);
+      });
+      if (bar) bar->finish();
+      if (json) {
+        tq::Json arr = tq::Json::array();
+        for (const auto& r : results) {
+          tq::Json j = r.to_json(trials);
+          j.set("model", c.name).set("arch", c.arch).set("source_file", model_path).set("text", text_path);
+          j.set("skip_layers", skip_layers).set("seed", double(pk.seed));
+          arr.push(std::move(j));
+        }
+        std::printf("%s\n", arr.dump(2).c_str());
+      } else {
+        std::printf("%s (%s), passkey retrieval, haystack %s, seed %llu, fp16 layers: %s; retrieved/total per length\n",
+                    c.name.c_str(), c.arch.c_str(), text_path.c_str(), static_cast<unsigned long long>(pk.seed),
+                    skip_layers.c_str());
+        std::fputs(tq::passkey_report(trials, results).c_str(), stdout);
+      }
+      return 0;
+    }
 
     tq::EvalOptions opt;
     opt.n_ctx = ctx;

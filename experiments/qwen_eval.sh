@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The head_dim-128 evaluations on Qwen2.5-Coder-1.5B-Instruct (and tq-eval on
+# its 0.5B sibling): each step runs one tool and writes its raw output
+# (text and JSON) under experiments/results/qwen/, named after the step.
+# experiments/results/qwen.md reads these files; the commands below are the
+# exact ones that produced them.
+#
+#   experiments/qwen_eval.sh STEP...     (default: every step, in this order)
+#
+#   ppl512        tq-eval, 1.5B, n_ctx 512, the whole Jargon File Part I, every
+#                 vLLM preset, turbo format, q8_0 and q4_0
+#   ppl512-skip   the same with the first and last two layers kept at fp16
+#   ppl512-0.5b   both of the above on the 0.5B model
+#   dump          tq-dump, 1.5B, 2048 tokens of Part I (out/qwen15_2048.h5)
+#   ablate        tq-ablate on that dump, every format and study
+#   long          perplexity/KLD at n_ctx 512, 2048, 8192 on the same 32768
+#                 tokens of the Jargon Lexicon for f16, q8_0, turbo4, turbo3,
+#                 4bit_nc, k3v4_nc
+#   passkey       passkey retrieval at 1K-8K tokens, 5 depths, 2 trials each
+#
+# Needs: scripts/setup.sh (build/ and the models: TQ_MODELS=all data/fetch_models.sh).
+# CPU time on the project's 2-core box is in experiments/results/qwen.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+C=${TQ_CACHE:-$HOME/.cache/tqkit}
+M15=$C/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+M05=$C/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+TEXT=$C/text/jargon-part1.txt
+LONG=$C/text/jargon-lexicon.txt
+R=experiments/results/qwen
+OUT=${TQ_OUT:-out}
+mkdir -p "$R" "$OUT"
+
+FORMATS512="q8_0 q4_0 turboquant_k8v4 turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turbo2 turbo3 turbo4 turbo4-qjl"
+FORMATS_LONG="q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc"
+
+# run NAME CMD...: runs CMD, its stdout to $R/NAME.txt (with the command and
+# the wall time), stderr to $R/NAME.log.
+run() {
+  local name=$1; shift
+  echo "[qwen_eval] $name: $*" >&2
+  local t0=$SECONDS
+  {
+    echo "\$ $*"
+    "$@"
+    echo "# wall time: $((SECONDS - t0)) s on $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+  } >"$R/$name.txt.part" 2>"$R/$name.log"
+  mv "$R/$name.txt.part" "$R/$name.txt"
+}
+
+step_ppl512() {
+  # shellcheck disable=SC2086
+  run ppl512 build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --format $FORMATS512
+}
+step_ppl512_skip() {
+  # shellcheck disable=SC2086
+  run ppl512-skip build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --skip-layers first2,last2 --format $FORMATS512
+}
+step_ppl512_05() {
+  # shellcheck disable=SC2086
+  run ppl512-0.5b build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --format $FORMATS512
+  # shellcheck disable=SC2086
+  run ppl512-0.5b-skip build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --skip-layers first2,last2 --format $FORMATS512
+}
+step_dump() {
+  run dump build/tq-dump --model "$M15" --text "$TEXT" --max-tokens 2048 --out "$OUT/qwen15_2048.h5"
+}
+step_ablate() {
+  run ablate build/tq-ablate --dump "$OUT/qwen15_2048.h5" --format all --study all --out "$R/ablation"
+}
+step_long() {
+  # 32768 tokens at every n_ctx: 64 / 16 / 4 chunks.
+  local ctx chunks
+  for ctx in 512 2048 8192; do
+    chunks=$((32768 / ctx))
+    # shellcheck disable=SC2086
+    run "long-$ctx" build/tq-eval --model "$M15" --text "$LONG" --ctx "$ctx" --chunks "$chunks" --format $FORMATS_LONG
+  done
+}
+step_passkey() {
+  # shellcheck disable=SC2086
+  run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,2048,4096,8192 \
+    --depths 0,0.25,0.5,0.75,1 --trials 2 --seed 1 --format q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512 dump ablate passkey long ppl512-skip ppl512-0.5b)
+for s in "${steps[@]}"; do
+  case "$s" in
+    ppl512) step_ppl512 ;;
+    ppl512-skip) step_ppl512_skip ;;
+    ppl512-0.5b) step_ppl512_05 ;;
+    dump) step_dump ;;
+    ablate) step_ablate ;;
+    long) step_long ;;
+    passkey) step_passkey ;;
+    *) echo "qwen_eval.sh: unknown step '$s'" >&2; exit 2 ;;
+  esac
+done
