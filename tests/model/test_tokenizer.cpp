@@ -152,3 +152,35 @@ TEST_CASE("gemma3 tokenizer: decode(encode(s)) == s and encode is deterministic"
   CHECK(ids.size() == 18158);
   CHECK(t.decode(ids) == text);
 }
+
+// llama.cpp (llama-cpp-python 0.3.36's vendored llama.cpp, commit 0c1e570):
+//   llama-tokenize -m MODEL -f FILE --no-escape --no-parse-special --log-disable --ids
+// on files holding exactly these bytes.
+TEST_CASE("gemma3 tokenizer: a literal </s> is plain text, as in llama.cpp", "[model][tokenizer]") {
+  TQ_REQUIRE_GEMMA();
+  const Tokenizer& t = gemma3();
+  CHECK(t.token_type(212) == Tokenizer::kControl);  // "</s>": user-defined in the file, forced to control
+  CHECK(t.encode("Hello </s> world") == Ids{2, 9259, 1454, 236751, 236813, 1902});  // ▁</ s > ▁world
+  CHECK(t.encode("x</s>") == Ids{2, 236781, 954, 236751, 236813});
+  CHECK(t.encode("x</s>", true, true) == Ids{2, 236781, 212});  // with special parsing: the token
+}
+
+TEST_CASE("qwen2 tokenizer: llama.cpp's ids, specials as text", "[model][tokenizer][qwen2]") {
+  const Tokenizer t = Tokenizer::from_gguf(GgufFile::open(tqtest::require_model("qwen0.5b")));
+  CHECK(t.kind() == Tokenizer::Kind::Gpt2Bpe);
+  CHECK(t.n_vocab() == 151936);
+  CHECK_FALSE(t.add_bos());
+  CHECK(t.encode("Once upon a time") == Ids{12522, 5193, 264, 882});
+  CHECK(t.encode("Hello world! 123") == Ids{9707, 1879, 0, 220, 16, 17, 18});
+  CHECK(t.encode("Ünïcödé — 東京 2024年\n\n\tTabs  and   spaces") ==
+        Ids{52491, 77, 37572, 66, 2956, 128505, 1959, 60596, 109, 46553, 220, 17, 15, 17, 19, 7948, 271, 10261, 3435,
+            220, 323, 256, 12621});
+  CHECK(t.encode("I'm sure they'll say it's fine, DON'T you think?") ==
+        Ids{40, 2776, 2704, 807, 3278, 1977, 432, 594, 6915, 11, 44273, 17323, 498, 1744, 30});
+  CHECK(t.encode("a</s>b <|endoftext|> c") == Ids{64, 522, 82, 51407, 82639, 8691, 723, 427, 91, 29, 272});
+  CHECK(t.encode("a</s>b <|endoftext|> c", false, true) == Ids{64, 128247, 65, 220, 151643, 272});
+  for (const std::string& s : kVaried) {
+    INFO(s);
+    CHECK(t.decode(t.encode(s)) == s);
+  }
+}

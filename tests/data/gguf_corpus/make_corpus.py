@@ -77,6 +77,39 @@ files = {
     "bad_nested_array.gguf": b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + s("k") + struct.pack("<IIQ", 9, 9, 1),
     "bad_ndims5.gguf": b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + s("t") + struct.pack("<I5QIQ", 5, 32, 1, 1, 1, 1, 3, 0),
 }
+# Qwen2-shaped: qwen2.* hyperparameters without key_length, the gpt2/qwen2
+# tokenizer keys, F32 Q/K/V biases beside quantized matrices of the types the
+# Qwen2.5 GGUFs use (Q4_K, Q6_K, Q5_0, Q8_0), and an untied output.weight.
+qwen_meta = [
+    kv("general.architecture", 8, s("qwen2")),
+    kv("qwen2.block_count", 4, struct.pack("<I", 1)),
+    kv("qwen2.embedding_length", 4, struct.pack("<I", 256)),
+    kv("qwen2.feed_forward_length", 4, struct.pack("<I", 512)),
+    kv("qwen2.attention.head_count", 4, struct.pack("<I", 4)),
+    kv("qwen2.attention.head_count_kv", 4, struct.pack("<I", 2)),
+    kv("qwen2.rope.freq_base", 6, struct.pack("<f", 1e6)),
+    kv("qwen2.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-6)),
+    kv("tokenizer.ggml.model", 8, s("gpt2")),
+    kv("tokenizer.ggml.pre", 8, s("qwen2")),
+    kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 3) + s("a") + s("b") + s("ab")),
+    kv("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, 1) + s("a b")),
+    kv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 0)),
+]
+qwen_tensors = [
+    ("token_embd.weight", [256, 3], 12, blocks(144, 3, (0, 2))),
+    ("blk.0.attn_q.weight", [256, 256], 12, blocks(144, 256, (0, 2))),
+    ("blk.0.attn_q.bias", [256], 0, struct.pack("<256f", *[rng.uniform(-300, 300) for _ in range(256)])),
+    ("blk.0.attn_k.weight", [256, 128], 6, blocks(22, 1024, (0,))),
+    ("blk.0.attn_k.bias", [128], 0, struct.pack("<128f", *[rng.uniform(-300, 300) for _ in range(128)])),
+    ("blk.0.attn_v.weight", [256, 128], 14, blocks(210, 128, (208,))),
+    ("blk.0.attn_v.bias", [128], 0, struct.pack("<128f", *[rng.uniform(-1, 1) for _ in range(128)])),
+    ("output.weight", [256, 3], 8, blocks(34, 24, (0,))),
+]
+files["ok_qwen2_shaped.gguf"] = gguf(qwen_meta, qwen_tensors)
+files["bad_qwen2_bias_truncated.gguf"] = gguf(qwen_meta, qwen_tensors, tail_cut=200)
+# A bias whose tensor info claims more values than the file holds.
+files["bad_qwen2_bias_past_end.gguf"] = gguf(qwen_meta, qwen_tensors[:2] + [("blk.0.attn_q.bias", [1 << 20], 0, bytes(64))])
+
 # Overlap: two tensors whose data ranges coincide (both at relative offset 0).
 head = b"GGUF" + struct.pack("<IQQ", 3, 2, 0)
 infos = s("a") + struct.pack("<IQIQ", 1, 32, 3, 0) + s("b") + struct.pack("<IQIQ", 1, 32, 3, 0)
