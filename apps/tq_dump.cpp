@@ -16,6 +16,7 @@
 #include "tq/kv_dump.h"
 #include "tq/layer_list.h"
 #include "tq/model.h"
+#include "tq/paths.h"
 #include "tq/sha256.h"
 
 namespace {
@@ -50,7 +51,9 @@ int main(int argc, char** argv) {
   CLI::App app{"tq-dump: write per-layer post-RoPE Q, K, V of a GGUF model over a text to HDF5"};
   std::string model_path, text_path, layers_spec = "all", dtype = "f16", out;
   int64_t max_tokens = 2048;
-  app.add_option("--model", model_path, "GGUF model file (SmolLM2 / Gemma 3; see data/fetch_models.sh)")->required();
+  app.add_option("--model", model_path,
+                 "GGUF model file or a data/fetch_models.sh name (smollm2, gemma3, qwen0.5b, qwen1.5b)")
+      ->required();
   app.add_option("--text", text_path, "UTF-8 text file; its first --max-tokens tokens are dumped")->required();
   app.add_option("--max-tokens", max_tokens, "at most this many tokens (BOS included), one forward pass")
       ->capture_default_str();
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   return tq::run_tool("tq-dump", app, argc, argv, [&]() -> int {
     TQ_CHECK(dtype == "f16" || dtype == "f32", "--dtype '{}' is not f16 or f32", dtype);
     TQ_CHECK(max_tokens >= 1, "--max-tokens {} must be at least 1", max_tokens);
+    model_path = tq::resolve_model_arg(model_path);
     tq::check_layer_list_syntax(layers_spec, "--layers");
     const std::string text = tq::read_text_file(text_path);
     TQ_CHECK(!text.empty(), "{}: the text is empty", text_path);

@@ -58,8 +58,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     TQ_CHECK(!model_path.empty(), "--model is required");
-    if (model_path.find('/') == std::string::npos && model_path.find(".gguf") == std::string::npos)
-      model_path = tq::default_model_path(model_path);  // a fetch_models.sh name
+    model_path = tq::resolve_model_arg(model_path);
     if (text_path.empty()) text_path = task == "passkey" ? tq::long_text_path() : tq::default_text_path();
     formats = tq::expand_format_names(formats);
     TQ_CHECK(ctx >= 8, "--ctx {} is too small (at least 8)", ctx);

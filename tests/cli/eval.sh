@@ -63,4 +63,42 @@ for r in rows.values():
 PY
 run "$T" --model "$MODEL" --text "$SRC/tests/data/small_text.txt"
 expect_err "needs at least 1024"
+
+# A GGUF of an architecture the forward does not implement: exit 2, the
+# architecture and the supported list named, nothing on stdout.
+python3 - "$TMP/bert.gguf" <<'PY'
+import struct, sys
+key, val = b"general.architecture", b"bert"
+body = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(val)) + val
+open(sys.argv[1], "wb").write(body.ljust(64, b"\0"))
+PY
+run "$T" --model "$TMP/bert.gguf" --text "$TEXT" --format f32
+expect_rc 2; expect_empty_out
+expect_err "architecture 'bert' is not supported (supported: llama, gemma3, qwen2)"
+
+# Passkey retrieval: the JSON names every trial; the same seed gives the same
+# trials and outcomes; f16 comes first.
+run "$T" --task passkey --model smollm2 --lengths 256,512 --depths 0,1 --seed 7 --format q8_0 --json
+expect_rc 0; expect_json
+cp "$TMP/out" "$TMP/pk1.json"
+python3 - "$TMP/out" <<'PY' || fail "tq-eval --task passkey --json"
+import json, sys
+f16, q8 = json.load(open(sys.argv[1]))
+assert f16["format"] == "f16" and q8["format"] == "q8_0"
+assert f16["total"] == 4 and len(f16["trials"]) == 4
+for t in f16["trials"]:
+    assert len(t["key"]) == 5 and t["key"].isdigit() and t["length"] in (256, 512) and t["depth"] in (0, 1)
+    assert t["answer_logprob"] <= 0 and isinstance(t["retrieved"], bool)
+    assert t["retrieved"] == (t["greedy"] == " " + t["key"]) or not t["retrieved"]
+assert [t["key"] for t in f16["trials"]] == [t["key"] for t in q8["trials"]]
+assert f16["trials"][0]["needle_token"] < f16["trials"][1]["needle_token"]  # depth 0 before depth 1
+PY
+run "$T" --task passkey --model smollm2 --lengths 256,512 --depths 0,1 --seed 7 --format q8_0 --json
+cmp -s "$TMP/out" "$TMP/pk1.json" || fail "passkey: the same seed gave different output"
+run "$T" --task passkey --model smollm2 --lengths 256 --depths 0.5 --format q8_0
+expect_rc 0; expect_out "mean log p(key)"; expect_out "q8_0"
+for args in "--depths 1.5" "--lengths 100" "--trials 0" "--task nope" "--lengths 300000"; do
+  run "$T" --task passkey --model smollm2 --format q8_0 $args
+  expect_rc 2; expect_empty_out
+done
 finish

@@ -48,6 +48,7 @@ struct ModelConfig {
   std::string path;
   int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, n_embd = 0, n_ff = 0, n_vocab = 0;
   int n_rot = 0;                  // rotated dimensions per head (rope.dimension_count)
+  int n_ctx_train = 0;            // <arch>.context_length: the longest sequence trained on (0: unknown)
   float rms_eps = 1e-5f;
   float embd_scale = 1.0f;        // gemma3: √n_embd
   bool rope_neox = false;         // pairs (i, i + n_rot/2) instead of (2i, 2i+1)

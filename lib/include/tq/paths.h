@@ -19,6 +19,10 @@ std::string cache_dir();
 // data/fetch_models.sh uses: "smollm2", "gemma3", "qwen0.5b", "qwen1.5b".
 std::string default_model_path(const std::string& name);
 
+// A --model argument: one of the aliases above resolves to its cached file;
+// anything else is taken as a path.
+std::string resolve_model_arg(const std::string& arg);
+
 // <cache>/text/jargon-part1.txt, the evaluation corpus of data/fetch_text.sh.
 std::string default_text_path();
 

@@ -95,6 +95,11 @@ std::vector<PasskeyResult> evaluate_passkey(const Model& model, const std::strin
   TQ_CHECK(!formats.empty(), "passkey: no formats to evaluate");
   const Tokenizer& tok = model.tokenizer();
   std::vector<PasskeyTrial> trials = make_passkey_trials(opt);
+  const int n_ctx_train = model.config().n_ctx_train;
+  for (int l : opt.lengths)
+    TQ_CHECK(n_ctx_train == 0 || l <= n_ctx_train,
+             "passkey: length {} is beyond the {} tokens {} was trained on ({}.context_length)", l, n_ctx_train,
+             model.config().name, model.config().arch);
   const std::vector<int32_t> text = tokens_of(tok, filler);
   const std::vector<int32_t> intro = tokens_of(tok, kIntro), question = tokens_of(tok, kQuestion);
   const bool bos = tok.add_bos();

@@ -201,6 +201,9 @@ std::vector<FormatResult> evaluate_perplexity(const Model& model, const std::str
                                               const EvalOptions& opt, const EvalProgress& progress) {
   const int n_ctx = opt.n_ctx;
   TQ_CHECK(n_ctx >= 8, "perplexity: n_ctx {} is too small (at least 8)", n_ctx);
+  const int n_ctx_train = model.config().n_ctx_train;
+  TQ_CHECK(n_ctx_train == 0 || n_ctx <= n_ctx_train, "perplexity: n_ctx {} is beyond the {} tokens {} was trained on",
+           n_ctx, n_ctx_train, model.config().name);
   const std::vector<int32_t> tokens = perplexity_tokens(model, text);
   TQ_CHECK(tokens.size() >= size_t(2) * size_t(n_ctx),
            "perplexity: the text has {} tokens; n_ctx {} needs at least {} (2·n_ctx)", tokens.size(), n_ctx,

@@ -23,6 +23,12 @@ std::string default_model_path(const std::string& name) {
   return cache_dir() + "/models/" + file;
 }
 
+std::string resolve_model_arg(const std::string& arg) {
+  for (const char* alias : {"smollm2", "gemma3", "qwen0.5b", "qwen1.5b"})
+    if (arg == alias) return default_model_path(arg);
+  return arg;
+}
+
 std::string default_text_path() { return cache_dir() + "/text/jargon-part1.txt"; }
 
 std::string long_text_path() { return cache_dir() + "/text/jargon-lexicon.txt"; }

@@ -188,6 +188,7 @@ Model Model::load(const std::string& path, bool verbose) {
   TQ_CHECK(c.n_rot > 0 && c.n_rot <= c.head_dim && c.n_rot % 2 == 0, "{}: rope.dimension_count {} is invalid", path,
            c.n_rot);
   c.rms_eps = f.get_f32(p + "attention.layer_norm_rms_epsilon");
+  c.n_ctx_train = int(f.get_u32(p + "context_length", 0));
   const float theta = f.get_f32(p + "rope.freq_base", 10000.0f);
   const GgufTensor& embd = f.tensor("token_embd.weight");
   TQ_CHECK(embd.n_dims == 2 && embd.ne[0] == c.n_embd, "{}: token_embd.weight has shape {}, expected [{}, n_vocab]",
