@@ -13,10 +13,11 @@
 #   ppl512-0.5b   both of the above on the 0.5B model
 #   dump          tq-dump, 1.5B, 2048 tokens of Part I (out/qwen15_2048.h5)
 #   ablate        tq-ablate on that dump, every format and study
-#   long          perplexity/KLD at n_ctx 512, 2048, 8192 on the same 32768
-#                 tokens of the Jargon Lexicon for f16, q8_0, turbo4, turbo3,
-#                 4bit_nc, k3v4_nc
-#   passkey       passkey retrieval at 1K-8K tokens, 5 depths, 2 trials each
+#   long          perplexity/KLD at n_ctx 512, 2048, 8192 on the same first
+#                 16384 tokens of the Jargon Lexicon (8192 scored at each
+#                 n_ctx) for f16, q8_0, turbo4, turbo3, 4bit_nc, k3v4_nc
+#   passkey       passkey retrieval at 1K, 2K, 4K, 8K tokens, 5 depths, for
+#                 f16 and the same five formats
 #
 # Needs: scripts/setup.sh (build/ and the models: TQ_MODELS=all data/fetch_models.sh).
 # CPU time on the project's 2-core box is in experiments/results/qwen.md.
@@ -69,10 +70,10 @@ step_ablate() {
   run ablate build/tq-ablate --dump "$OUT/qwen15_2048.h5" --format all --study all --out "$R/ablation"
 }
 step_long() {
-  # 32768 tokens at every n_ctx: 64 / 16 / 4 chunks.
+  # 16384 tokens at every n_ctx: 32 / 8 / 2 chunks.
   local ctx chunks
   for ctx in 512 2048 8192; do
-    chunks=$((32768 / ctx))
+    chunks=$((16384 / ctx))
     # shellcheck disable=SC2086
     run "long-$ctx" build/tq-eval --model "$M15" --text "$LONG" --ctx "$ctx" --chunks "$chunks" --format $FORMATS_LONG
   done
@@ -80,11 +81,11 @@ step_long() {
 step_passkey() {
   # shellcheck disable=SC2086
   run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,2048,4096,8192 \
-    --depths 0,0.25,0.5,0.75,1 --trials 2 --seed 1 --format q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc
+    --depths 0,0.25,0.5,0.75,1 --trials 1 --seed 1 --format q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512 dump ablate passkey long ppl512-skip ppl512-0.5b)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512 ppl512-0.5b dump ablate long passkey ppl512-skip)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512) step_ppl512 ;;
