@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   std::string task = "ppl", model_path, text_path, skip_layers = "none";
   std::vector<std::string> formats;
   int ctx = 512, chunks = -1, threads = 0;
-  bool json = false, list_formats = false;
+  bool json = false, list_formats = false, center_keys = false;
   int list_head_dim = 128;
   tq::PasskeyOptions pk;
   app.add_option("--task", task, "ppl: perplexity and KLD; passkey: needle-in-a-haystack retrieval")
@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", threads, "threads for the forward passes (0: all)")->capture_default_str();
   app.add_flag("--json", json, "machine-readable output");
+  app.add_flag("--center-keys", center_keys,
+               "quantize each head's keys minus their mean over the chunk (a non-causal diagnostic; formats are "
+               "labelled NAME+ck)");
   app.add_flag("--list-formats", list_formats, "list registered formats and their sizes");
   app.add_option("--head-dim", list_head_dim, "head_dim for --list-formats")->capture_default_str();
   app.add_option("--lengths", pk.lengths, "passkey: sequence lengths in tokens")->delimiter(',')->capture_default_str();
@@ -74,12 +77,13 @@ int main(int argc, char** argv) {
     so.n_layers = c.n_layers;
     so.head_dim = c.head_dim;
     so.skip_layers = skip_layers;
+    so.center_keys = center_keys;
     (void)tq::parse_layer_list(skip_layers, c.n_layers, "--skip-layers");  // range check
     std::vector<std::unique_ptr<tq::KvStore>> stores;
     std::vector<std::pair<std::string, tq::KvStore*>> list;
     for (const std::string& f : formats) {
       stores.push_back(tq::make_kv_store(f, so));
-      list.emplace_back(f, stores.back().get());
+      list.emplace_back(center_keys ? f + "+ck" : f, stores.back().get());
     }
     const auto base = tq::make_kv_store("f16", so);
     if (!json) std::fputs(model.load_log().c_str(), stderr);

@@ -11,6 +11,9 @@
 #                 vLLM preset, turbo format, q8_0 and q4_0
 #   ppl512-skip   the same with the first and last two layers kept at fp16
 #   ppl512-0.5b   both of the above on the 0.5B model
+#   ppl512-ck     tq-eval, 1.5B, n_ctx 512: kivi4, kivi2, and the formats with
+#                 --center-keys (each head's keys minus their chunk mean; a
+#                 non-causal diagnostic of Qwen2's K-bias channels)
 #   dump          tq-dump, 1.5B, 2048 tokens of Part I (out/qwen15_2048.h5)
 #   ablate        tq-ablate on that dump, every format and study
 #   long          perplexity/KLD at n_ctx 512, 2048, 8192 on the same first
@@ -63,6 +66,11 @@ step_ppl512_05() {
   # shellcheck disable=SC2086
   run ppl512-0.5b-skip build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --skip-layers first2,last2 --format $FORMATS512
 }
+step_ppl512_ck() {
+  run ppl512-kivi build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --format kivi4 kivi2
+  run ppl512-ck build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --center-keys --format q8_0 q4_0 \
+    turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turbo4 turbo3
+}
 step_dump() {
   run dump build/tq-dump --model "$M15" --text "$TEXT" --max-tokens 2048 --out "$OUT/qwen15_2048.h5"
 }
@@ -85,12 +93,13 @@ step_passkey() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512 ppl512-0.5b dump ablate long passkey ppl512-skip)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512 ppl512-0.5b ppl512-ck dump ablate long passkey ppl512-skip)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512) step_ppl512 ;;
     ppl512-skip) step_ppl512_skip ;;
     ppl512-0.5b) step_ppl512_05 ;;
+    ppl512-ck) step_ppl512_ck ;;
     dump) step_dump ;;
     ablate) step_ablate ;;
     long) step_long ;;

@@ -29,6 +29,7 @@ struct KvStoreOptions {
   int n_layers = 0;   // of the model the store will serve
   int head_dim = 0;
   std::string skip_layers;  // layers kept unquantized (fp16), e.g. "first2,last2" or "0,1,28-29"
+  bool center_keys = false;  // FormatStore: quantize k − mean_t(k) per head, add the fp16 mean back (see there)
 };
 
 // A KvStore for a format name: "f32" and "f16" (unquantized), or any

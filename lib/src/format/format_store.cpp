@@ -7,8 +7,8 @@
 
 namespace tq {
 
-FormatStore::FormatStore(KvFormat format, std::vector<bool> quantized_layers)
-    : format_(std::move(format)), quantized_(std::move(quantized_layers)) {}
+FormatStore::FormatStore(KvFormat format, std::vector<bool> quantized_layers, bool center_keys)
+    : format_(std::move(format)), quantized_(std::move(quantized_layers)), center_keys_(center_keys) {}
 
 void FormatStore::roundtrip(int layer, int64_t n, int n_kv_heads, int head_dim, const float* k, const float* v,
                             float* k_out, float* v_out) {
@@ -22,7 +22,7 @@ void FormatStore::roundtrip(int layer, int64_t n, int n_kv_heads, int head_dim, 
     }
     return;
   }
-  std::vector<float> rows(size_t(n) * d), back(size_t(n) * d);
+  std::vector<float> rows(size_t(n) * d), back(size_t(n) * d), mu(d, 0.0f);
   std::vector<uint8_t> rec;
   for (int side = 0; side < 2; ++side) {
     const Codec& codec = side == 0 ? *format_.key : *format_.value;
@@ -32,12 +32,25 @@ void FormatStore::roundtrip(int layer, int64_t n, int n_kv_heads, int head_dim, 
     for (size_t h = 0; h < H; ++h) {
       for (int64_t t = 0; t < n; ++t)
         for (size_t j = 0; j < d; ++j) rows[size_t(t) * d + j] = src[(size_t(t) * H + h) * d + j];
+      const bool center = side == 0 && center_keys_;
+      if (center) {
+        for (size_t j = 0; j < d; ++j) {
+          double sum = 0;
+          for (int64_t t = 0; t < n; ++t) sum += rows[size_t(t) * d + j];
+          mu[j] = round_half(float(sum / double(n)));
+        }
+        for (int64_t t = 0; t < n; ++t)
+          for (size_t j = 0; j < d; ++j) rows[size_t(t) * d + j] -= mu[j];
+      }
       try {
         codec.encode(rows.data(), n, rec.data());
       } catch (const Error& e) {
         TQ_THROW("layer {} {} head {}: {}", layer, side == 0 ? "key" : "value", h, e.what());
       }
       codec.decode(rec.data(), n, back.data());
+      if (center)
+        for (int64_t t = 0; t < n; ++t)
+          for (size_t j = 0; j < d; ++j) back[size_t(t) * d + j] += mu[j];
       for (int64_t t = 0; t < n; ++t)
         for (size_t j = 0; j < d; ++j) dst[(size_t(t) * H + h) * d + j] = back[size_t(t) * d + j];
     }

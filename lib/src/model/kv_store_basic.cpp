@@ -33,7 +33,8 @@ std::unique_ptr<KvStore> make_kv_store(const std::string& name, const KvStoreOpt
   if (opt.head_dim <= 0) (void)make_format(name, 128);  // an unknown name is the error to report first
   TQ_CHECK(opt.head_dim > 0 && opt.n_layers > 0, "KV format '{}': the store needs the model's head_dim and layer count",
            name);
-  return std::make_unique<FormatStore>(make_format(name, opt.head_dim), quantized_layers(opt.skip_layers, opt.n_layers));
+  return std::make_unique<FormatStore>(make_format(name, opt.head_dim), quantized_layers(opt.skip_layers, opt.n_layers),
+                                       opt.center_keys);
 }
 
 }  // namespace tq
