@@ -706,14 +706,9 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
       throw_error("store_kv: compiled record sizes disagree with the format (internal error)");
     if constexpr (quad_store_supported<C>()) {
       // quad kernel: vLLM layout, 16-byte aligned fp16 rows, 32-bit row indices
-      // (TQ_STORE_QUAD=0 forces the warp kernel, for A/B measurements)
-      static const bool quad_off = [] {
-        const char* e = std::getenv("TQ_STORE_QUAD");
-        return e && std::strcmp(e, "0") == 0;
-      }();
       const bool rows16 = is_aligned(p.key, 16) && is_aligned(p.value, 16) && p.key_stride_token % 8 == 0 &&
                           p.key_stride_head % 8 == 0 && p.value_stride_token % 8 == 0 && p.value_stride_head % 8 == 0;
-      if (!quad_off && !a.planes && rows16 && a.slot_bytes == quad_slot<C>() && a.total < (int64_t(1) << 31)) {
+      if (!a.planes && rows16 && a.slot_bytes == quad_slot<C>() && a.total < (int64_t(1) << 31)) {
         const int64_t grid = (a.total + 8 * kQuadWarps - 1) / (8 * kQuadWarps);
         store_quad_kernel<C><<<unsigned(grid), kQuadWarps * 32, 0, stream>>>(a, t);
         TQ_CUDA_CHECK(cudaGetLastError());

@@ -92,9 +92,7 @@ class GgufFile {
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
-  uint64_t file_size() const { return size_; }
   uint32_t alignment() const { return alignment_; }
-  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
@@ -122,7 +120,6 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(const std::string& name) const;
   const GgufTensor& tensor(const std::string& name) const;  // throws if absent
-  const uint8_t* tensor_data(const GgufTensor& t) const { return base_ + t.offset; }
 
   // Dequantizes rows [row0, row0 + n_rows) of t (each ne[0] values) into out.
   void dequantize_rows(const GgufTensor& t, int64_t row0, int64_t n_rows, float* out) const;

@@ -36,7 +36,6 @@ class Rotation {
   virtual void apply_inverse(float* x) const = 0;
   // n rows of dim() floats, row-major, in place.
   void apply_rows(float* x, int64_t n) const;
-  void apply_inverse_rows(float* x, int64_t n) const;
   // Dense d×d matrix (row-major, y = M x), for tests and GPU upload.
   std::vector<float> matrix() const;
 

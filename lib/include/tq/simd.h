@@ -46,8 +46,6 @@ float tree_sum_squares_pow2(const float* x, int n);
 
 // True when every |x_i| ≤ limit (false for NaN).
 bool all_within(const float* x, size_t n, float limit);
-// x[j] *= s for j < n.
-void scale_inplace(float* x, int n, float s);
 
 // "avx512", "avx2" or "scalar": the path the process uses. By default the best
 // the CPU supports (AVX-512 needs F, BW, DQ and VL); TQ_SIMD=avx2 caps it at

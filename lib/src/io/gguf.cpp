@@ -724,7 +724,7 @@ void GgufFile::dequantize_rows(const GgufTensor& t, int64_t row0, int64_t n_rows
   TQ_CHECK(row0 >= 0 && n_rows >= 0 && row0 <= t.n_rows() && n_rows <= t.n_rows() - row0,
            "{}: tensor '{}': rows [{}, +{}) out of range ({} rows)", path_, t.name, row0, n_rows, t.n_rows());
   const int64_t rb = t.row_bytes();
-  const uint8_t* src = tensor_data(t) + row0 * rb;
+  const uint8_t* src = base_ + t.offset + row0 * rb;
   for (int64_t r = 0; r < n_rows; ++r) dequantize_row(t.type, src + r * rb, out + r * t.ne[0], t.ne[0]);
 }
 

@@ -540,10 +540,6 @@ float tree_sum_squares_pow2(const float* x, int n) {
   return tree_sum_squares(x, n);
 }
 
-void scale_inplace(float* x, int n, float s) {
-  for (int j = 0; j < n; ++j) x[j] *= s;
-}
-
 const char* simd_path() {
 #ifdef TQ_X86
   switch (isa()) {

@@ -16,10 +16,6 @@ void Rotation::apply_rows(float* x, int64_t n) const {
   for (int64_t i = 0; i < n; ++i) apply(x + i * d_);
 }
 
-void Rotation::apply_inverse_rows(float* x, int64_t n) const {
-  for (int64_t i = 0; i < n; ++i) apply_inverse(x + i * d_);
-}
-
 std::vector<float> Rotation::matrix() const {
   // Column j of M is M e_j.
   std::vector<float> m(size_t(d_) * d_), e(d_);
