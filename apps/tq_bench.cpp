@@ -292,7 +292,7 @@ int run_gpu(const Args& a) {
     return j;
   };
   // The dequants run after every decode and store: a dequant moves ~3.5 TB/s for a few hundred
-  // ms, and the decode timed right after it ran up to 12% slower (run 20), so the decode and
+  // ms, and the decode timed right after it ran up to 12% slower, so the decode and
   // store figures do not depend on --dequant.
   struct Pending {
     tq::KvFormat f;

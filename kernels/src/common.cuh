@@ -67,7 +67,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 }
 // An L2 cache policy for data read once (a decode's KV stream): its lines are evicted first, so the
 // small tables every decode reads again (seq_lens, block tables, the queries' rows, the parts) stay
-// in L2 instead of being pushed out by the stream (kernels.md run 45).
+// in L2 instead of being pushed out by the stream (4K: 0.5–5% faster; 32K: neutral).
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));

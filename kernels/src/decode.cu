@@ -19,7 +19,7 @@ namespace {
 // thread's loads of its parts are independent, so they are in flight together (a loop
 // reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode). One
 // thread per dim pair walking every part was most of a B = 1 decode with hundreds of parts
-// (run 21e: SmolLM2 shape, 260 parts, 0.038 → 0.013 ms). Shared memory holds a.parts
+// (SmolLM2 shape, 260 parts: 0.038 ms, 0.013 with the parts split). Shared memory holds a.parts
 // weights (the plan's bound); more parts (seq_lens longer than the plan's max_seq_len) take
 // several passes.
 // Every part was written by stage 1 (empty ones: o = 0, lse = −inf, weight 0).
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   // sequence b's work items, from seq_lens (an input of stage 1, not its output) by the dealing
   // stage 1 used, before the wait: a CTA that starts on an SM stage 1 has left computes them
   // while the last stage-1 CTAs still run (read from stage 1's writes after the wait, they were
-  // one more L2 round trip on the decode's tail; kernels.md run 46). tile 0 (our FP16 decode, whose
+  // one more L2 round trip on the decode's tail). tile 0 (our FP16 decode, whose
   // stage 1 does not release the merge early): stage 1 wrote them.
   int2 si = tile > 0 ? dev::seq_items_of(a.seq_lens, a.batch, a.items, tile, balance, b) : make_int2(b, 1);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   const int d = 2 * x;
   // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
   // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
-  // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute; kernels.md run 23). The first U
+  // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute). The first U
   // (parts y, y + P, …) go out here, with the lse loads: they need no weight, so the max, the
   // weights and these loads take one L2 round trip instead of two. (U = 16: the 8–16 parts of a
   // B 32 decode at 4 splits, 10 at 32K, in that one round trip; U = 8 left a second one.)
@@ -159,7 +159,7 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile,
   // P = blockDim.y threads per dim pair split the parts, ≥ 8 parts each, ≤ kMergeThreads threads (the
   // common 4–8 parts: P = 1, one thread per pair). P follows an average sequence's parts, not
   // a.parts (the bound for the longest): sized for that bound, every (sequence, head) CTA of
-  // a B = 32 merge took 768–1024 threads and the merge ran in several waves (run 22b).
+  // a B = 32 merge took 768–1024 threads and the merge ran in several waves.
   const int avg = std::max(1, a.items * a.wph / batch);
   const int pairs = head_dim / 2, P = std::max(1, std::min(kMergeThreads / pairs, avg / 8));
   cfg.gridDim = dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch));  // every query head
@@ -348,13 +348,13 @@ int decode_cta_warps(const KernelFormat& f) {
 // multiple of 16 bytes for even slots — 5 or 2 heads' runs of 134-byte slots are not, and TMA
 // cannot copy them). Every bulk copy costs the CTA: at 16 kv heads, CTAs of 8 heads (16 copies of
 // 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
-// CTA at 80% (4bit_nc, 32K; kernels.md run 29); at 32 (MHA), 16-head CTAs 62% against 49%.
+// CTA at 80% (4bit_nc, 32K); at 32 (MHA), 16-head CTAs 62% against 49%.
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
-// copies even in one CTA: the 4-way bank conflicts they avoid cost more, run 31e.) Above the
+// copies even in one CTA: the 4-way bank conflicts they avoid cost more.) Above the
 // kernel's warps, CTAs of 8 heads: the wide-LUT formats' 8-head rows are unpadded (tm_rows, which
 // pick_kernel asserts), so each 16-token page slice is one tensor-map box (the TM kernels,
 // tm_copies): at 40 kv heads 4bit_nc 48% → 82% of copy, turbo3 −33%; at 32 ahead of 16-head CTAs
-// with padded rows in per-token copies, 4bit_nc 69% → 83%, turbo3 −15% (32K; kernels.md run 33).
+// with padded rows in per-token copies, 4bit_nc 69% → 83%, turbo3 −15% (32K).
 // The 8-warp kernels copy per token.
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   if (n_kv_heads <= decode_cta_warps(f)) return n_kv_heads;

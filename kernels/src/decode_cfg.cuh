@@ -118,8 +118,8 @@ struct QCfg {
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
   // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise: the
-  // ALU form measured 3–11% faster at d = 128 and 256 (fewer shared-memory loads, ~10 per 4
-  // dims before) and 15% slower at d = 64 (kernels.md run 26e)
+  // ALU form measured 3–11% faster at d = 128 and 256 (the LUT form takes ~10 shared-memory loads
+  // per 4 dims) and 15% slower at d = 64
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
   // mse keys: the second 128 bytes of each 256-byte LUT row (unused by the key entries) hold
@@ -152,14 +152,13 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // Bytes from one token's row to the next in a ring piece (16 tokens × hpc heads' slots, vLLM
 // layout). A key load reads 4 consecutive words of each of 8 tokens' rows; rows a multiple of
 // 64 bytes apart start on at most 2 bank groups (turbo2/3/4 slots at 16 heads: 4-way conflicts
-// that no token order or row-independent lane → word map avoids, kernels.md run 31d). There the
+// that no token order or row-independent lane → word map avoids). There the
 // wide-LUT kernels pad each row by 16 bytes (rows 4·odd words apart: 8 distinct groups) and copy
-// a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32 (run 31e).
+// a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32.
 // Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
 // 16) stay unpadded: where the CTA holds every kv head the per-token copies cost more than the
-// conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%, run 31e), and where it holds 8 of them
-// one tensor-map box per half beats padded per-token copies (run 33e: turbo3 at 40 kv heads
-// −33%; padding those rows had gained 3–8% over unpadded per-token copies, run 32d).
+// conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%), and where it holds 8 of them
+// one tensor-map box per half beats padded per-token copies (turbo3 at 40 kv heads −33%).
 template <class C, bool P>
 __host__ __device__ constexpr int ring_row_bytes(int hpc) {
   const int row = hpc * QCfg<C>::kSlot;

@@ -62,7 +62,7 @@ namespace dev {
 // Query head of column g of kv head kvh. SLICED (a slice of G > 8 columns): kvh · group_stride
 // + g; otherwise group (= group_stride = G): every kernel a G ≤ 8 decode launches reads only
 // that parameter (also reading group_stride there moved ptxas's schedules; our FP16 kernel's
-// by +5%, kernels.md run 27). Evaluated at each use, where the kernels had a.group before.
+// by +5%). Evaluated at each use.
 template <bool SLICED>
 __device__ __forceinline__ int query_head(const DecodeArgs& a, int kvh, int g) {
   return kvh * (SLICED ? a.group_stride : a.group) + g;
@@ -102,8 +102,8 @@ __device__ __forceinline__ int tiles_of(int len, int tile) { return len > 0 ? (l
 __device__ __forceinline__ int chunks_of(int t, int L) { return t > L ? (t - 1) / L + 1 : 1; }
 
 // The dealing runs once per CTA before anything else, so its code is kept small: one
-// body per loop (the first version, with unrolled copies of each loop, was ~2000 SASS
-// instructions per kernel and cost every stage 1 3–6 µs; kernels.md run 23).
+// body per loop (unrolled copies of each loop came to ~2000 SASS instructions per kernel and
+// cost every stage 1 3–6 µs).
 // Lane l keeps the lengths and tile counts of sequences l + 32j, j < kRegs, in registers
 // (batches up to 128: one global round trip); later ones are re-read where used.
 struct LaneLens {
@@ -254,7 +254,7 @@ __device__ __forceinline__ bool balanced_rule(const LaneLens& ll, int batch, int
 // its last, all full, and CTA N1 + b takes sequence b's last chunk. CTAs start in index order, so
 // the full chunks run in one wave and the short last chunks fill the slots left over, then the
 // ones the short chunks free: at B 32 × 32K on 132 SMs, 128 chunks of 125 tiles and 32 of 12 tiles
-// on the 4 idle SMs, where the usual dealing runs 128 chunks of 128 tiles. Items keep the usual
+// on the 4 idle SMs, where the usual dealing gives 128 chunks of 128 tiles. Items keep the usual
 // sequence-major numbers (row = first_b + k), so the merge reads each sequence's parts as one run.
 // Where the last chunks would not fit in the idle slots (Σ (r_b + 2) > (slots − N1) · (L + 2)
 // tiles, r_b = t_b − (count_b − 1) · L: a ragged batch), the usual dealing over `slots` items.
@@ -436,7 +436,7 @@ constexpr bool two_query_slices(int group) { return group > kQueryCols && group 
 // warps; not the plane layout). The planner takes it at 12 < G, and at 8 < G ≤ 12 where
 // dual_short_items: there two launches run the second slice's ≤ 4 columns in the packed kernel
 // (hi and lo in one MMA), which one CTA's warps cannot mix with the other slice's, and that wins
-// once a work item's tokens outweigh a launch's fixed cost (kernels.md run 34: B 32, 96 / 8, 32K
+// once a work item's tokens outweigh a launch's fixed cost (B 32, 96 / 8, 32K
 // — 8192 tokens per item — 0.724 ms in two launches, 0.756 in one; 8K — 2048 per item — equal;
 // B 8 8K, B 1 32K, B 32 4K 6–19% faster in one; 16 columns, 128 / 8, 32K: 0.796 → 0.756).
 constexpr bool dual_slices_fit(int group, int hpc, int cta_warps, bool planes) {

@@ -17,7 +17,7 @@ namespace {
 
 // One CTA per SM (its ring fills shared memory). Saying so lets ptxas use the registers to keep
 // the K and V fragment loads in flight; with __launch_bounds__(256) it loaded them all into one
-// register quad, each load's latency on the MMA chain (12% slower; kernels.md run 23).
+// register quad, each load's latency on the MMA chain (12% slower).
 // SLICED: one slice of ≤ 8 query columns of G > 8 (dev::query_head); NT = 2 (SLICED): all of
 // 8 < G ≤ 16 in one launch, each K / V fragment feeding two MMAs (query columns 8t + …, t < NT),
 // so the cache is read once (f16_tiles).
@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   // gt/CR + i·(32·hpc/CR), so each cp.async instruction of a warp covers whole
   // contiguous rows (consecutive heads of one token are adjacent in the cache).
   // The block-table read and 64-bit base are per warp and stage; the per-chunk
-  // offsets take ~10 instructions (the first version divided per chunk and was
-  // issue-bound at 41% of copy bandwidth).
+  // offsets take ~10 instructions (dividing per chunk made the kernel issue-bound at
+  // 41% of copy bandwidth).
   const int gt = hl * 32 + lane;
   const int q = gt % CR, row0 = gt / CR, row_step = 32 * hpc / CR;
   const int rows = 32 * hpc;
@@ -219,7 +219,7 @@ void dispatch_f16(int d, Fn&& fn) {
 
 // Heads per CTA the FP16 planner starts from: min(n_kv_heads, 8) when that divides it, else the
 // divisor ≤ 8 whose CTA has the most of its 8 warps, the larger on a tie (10: 2 heads × 4 warps;
-// 5 × 1 ran at 63% of copy, kernels.md run 28b).
+// 5 × 1 ran at 63% of copy).
 int f16_heads_per_cta(int n_kv_heads) {
   if (n_kv_heads <= 8 || n_kv_heads % 8 == 0) return std::min(n_kv_heads, 8);
   int heads = 1, best = 0;

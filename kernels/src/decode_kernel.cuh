@@ -19,13 +19,13 @@
 // mbarrier and the refills take turns among the first warps (warp (it − 1) % n_prod in
 // iteration it), each with block-table entries it loaded at its turn before (a table lookup
 // inside the refill put an L2 round trip on the refilling warp's path, and the ring moves at
-// that warp's pace; run 48: warp 0 doing every refill on top of its own sub-tile had set every
-// CTA's pace — k3v4_nc −2.4% with four warps taking turns). Every slot is read from HBM once per query
+// that warp's pace; one warp doing every refill on top of its own sub-tile sets every CTA's
+// pace — four warps taking turns: k3v4_nc −2.4% at 32/8, 32K). Every slot is read from HBM once per query
 // group. 16-token halves past the range end are not copied (their page may not
 // exist); rows past it inside a copied half are read but masked (selects, not
 // products: never-written slots may hold NaN).
-// (Runs 1–12: a cp.async ring where every thread copied ~5 16-byte chunks per
-// stage, ~50 SASS instructions per warp-tile, and a __syncthreads per stage.)
+// (Bulk copies rather than per-thread cp.async chunks, which took ~50 SASS instructions per
+// warp-tile and a __syncthreads per stage.)
 //
 // Per warp and 32-token sub-tile (two 16-token halves, interleaved so their MMA
 // chains overlap), G = query heads per kv head:
@@ -46,8 +46,8 @@
 //            LUT, QCfg::kSqLut): the second half of each LUT row holds the lane copies of
 //            its entry's x_a² + x_b² as fp16 hi + lo (exact to ~1e-6), read 128 bytes after
 //            the key entry (an LDS with an immediate offset); one m16n8k16 with B = ones per
-//            k-step and half sums them, and every lane holds its own tokens' sums (run 37:
-//            4-bit keys −3.3% at the issue's shape; 3-bit keys −1.1% there and −5.3 … −7.1% at
+//            k-step and half sums them, and every lane holds its own tokens' sums (against the
+//            Gram: 4-bit keys −3.3% at 32/8, 32K; 3-bit keys −1.1% there and −5.3 … −7.1% at
 //            G > 4, where the Gram's operand moves made ptxas spill). d = 256: the Gram, per
 //            k-step four m16n8k8 MMAs whose B operand is the tile's own key registers
 //            (tokens 0–7 / 8–15 as columns), the diagonal being each token's sum of squares
@@ -55,15 +55,16 @@
 //            from 8-byte LUT entries (12–17% slower, spills); the fragment squared in fp16
 //            (HMUL2) times a B of ones, 7–9% faster but off by up to 4.3e-4 per code, the
 //            large-logits case at 1.24e-3; with the residuals x·x − fp16(x²) added back,
-//            exact and 13–18% slower (run 36b).
+//            exact and 13–18% slower.
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
 //            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed", PK): hi in
 //            MMA columns 0–3, lo in columns 4–7 of one MMA (G ≤ 8 runs hi and lo as
 //            two MMAs). Packed: lanes p < 2 then finish half 0, lanes p ≥ 2 half 1
 //            (one shuffle exchanges the partial scores), so the per-token work —
 //            norm, 1/‖c‖, exp2, scale, zero — runs once per token.
-//   values : O^T += V^T · P'^T. 8-head packed kernels at d = 128, 4-bit codes (kVPar, run 43): the
-//            k slots are 8 tokens × e ∈ {0, 1}, P' column h (e = 0) and 4 + h (e = 1) for head h, so
+//   values : O^T += V^T · P'^T. 8-head packed kernels at d = 128, 4-bit codes (kVPar; k3v4_nc
+//            −4.3% at 32/8, 32K): the k slots are 8 tokens × e ∈ {0, 1}, P' column h (e = 0) and
+//            4 + h (e = 1) for head h, so
 //            an A register is one token's nibbles i, i + 4 masked in place in one aligned word (no
 //            joining PRMT, half the loads, 16 accumulator registers). Other 4-bit codes (lane row r:
 //            the u16 words at bytes 2r + 16w,
@@ -71,22 +72,23 @@
 //            the fp16 subnormal c·2^-24 (row r) or c·2^-20 (row r+8): exact; the
 //            scalings are undone at the write-out. 3-bit codes (lane row r: its chunk of
 //            3·d/64 bytes): the code masked in place in a two-byte window of the chunk,
-//            c·2^(k−24) with k its bit in the window's first byte (value_code_bit; run 38e,
-//            until then 1 + c/16 from per-code shifts: 3bit_nc's loop 4692 → 3499 SASS).
+//            c·2^(k−24) with k its bit in the window's first byte (value_code_bit;
+//            25% fewer SASS instructions in 3bit_nc's loop than 1 + c/16 from per-code shifts).
 //            B = P' = p·scale: packed (G ≤ 4) hi in columns 0–3, lo in 4–7; G > 4 fp16(P')
 //            alone (one MMA per m-tile and half instead of two; not turbo4-qjl, nor turbo
 //            at d = 256), with Σp and Σ p·zero taken over the weights that fp16(P') carries,
-//            fp16(P')/scale, so the output stays a weighted mean of the values (run 36).
+//            fp16(P')/scale, so the output stays a weighted mean of the values (64/8, 32K:
+//            −6% against hi + lo).
 //            Σ p·zero on CUDA cores.
 //   softmax: online over the 32 tokens, exp2 domain (ex2.approx.ftz). While no logit
 //            of a sub-tile exceeds its column's running maximum (all but a few sub-tiles
 //            once the maxima settle), m stays and the cross-lane max, α and the rescales
 //            are skipped (Softmax32::try_keep*). The values (exact subnormals, no
 //            bias) accumulate in the MMA itself; acc is rescaled only when a running max
-//            moved (warp vote). (The biased 1 + c/16 had needed each 32-token product
-//            folded in with a round-to-nearest FFMA: the MMA's truncating fp32
-//            accumulation, amplified by the bias cancellation, reached 1.03e-3 in run 3;
-//            unbiased codes keep the errors of the fold, run 13e: 4.3e-4 at 32K either way.)
+//            moved (warp vote). (A biased 1 + c/16 would need each 32-token product folded
+//            in with a round-to-nearest FFMA, the MMA's truncating fp32 accumulation being
+//            amplified by the bias cancellation; unbiased codes need no fold: 4.3e-4 at 32K
+//            either way.)
 // A sub-tile with all 32 tokens valid runs a copy of the body without masks.
 // Launch bounds: 16 warps × 128 registers (wide LUT), else 8 warps, 2 CTAs per SM
 // (d = 256: 1).
@@ -153,7 +155,7 @@ __device__ __forceinline__ void block_fwht(float (&y)[E], int lane) {
 // 3-bit: 24 bits in w[0]; fp8: two 32-bit words. Neighbouring lanes read
 // neighbouring words, so a warp's loads are bank-conflict free in the vLLM layout
 // (token rows 8·slot bytes apart); a lane owning a contiguous D/4-dim run instead
-// (run 13a) made them 4-way conflicted.
+// makes them 4-way conflicted.
 template <class C, bool P>
 __device__ __forceinline__ void key_words(const uint8_t* row, int ps, int p, uint32_t (&w)[2]) {
   if constexpr (P && C::kKeyBits == 4) {
@@ -210,8 +212,8 @@ __device__ __forceinline__ uint32_t wide_lut_addr(uint32_t src, int byte, uint32
 // 4kp … 4kp + 3 (pair-step kp; rows keyed by a byte's low 6 bits): pair 4kp is byte 3kp + O/8 of x
 // (one PRMT); pairs 4kp + t (t = 1 … 3) are byte 0 (kp even) or 3 (kp odd) of the window
 // wnd[t − 1] = x >> (O + 24kp + 6t), made at even kp — one funnel shift serves pairs 4kp + t and
-// 4kp + 4 + t, 24 bits apart. Per run of 16 pairs: 6 shifts and 16 PRMT, against 32 for the form
-// before run 42 (one PRMT joining a pair-step's 3 bytes, three shifts, four address PRMT). O is a
+// 4kp + 4 + t, 24 bits apart. Per run of 16 pairs: 6 shifts and 16 PRMT, against 32 for joining a
+// pair-step's 3 bytes first (one PRMT, three shifts, four address PRMT). O is a
 // compile-time constant in the full-tile bodies (decode_kernel's key_off: the run's offset is the
 // warp's, fixed by its head); where it is not (the masked body), the caller shifts the run to bit 0
 // first (three funnel shifts) and passes O = 0.
@@ -678,8 +680,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // alone converting their 32 elements from a float row, while the rest of the warp waited,
   // was ~200 dependent instructions per head.)
   // 3-bit mse keys (k3v4_nc, 3bit_nc), d = 128, vLLM layout: each lane reads its own 12-byte run of a
-  // key and takes its pairs' LUT addresses with run_lut_addrs (kernels.md run 42: k3v4_nc −2.8% at
-  // 32/8, 3bit_nc −3.9%; run 39c's byte-permute form had been slower than key_words for 3bit_nc)
+  // key and takes its pairs' LUT addresses with run_lut_addrs (k3v4_nc −2.8% at
+  // 32/8, 3bit_nc −3.9%; see experiments/results/kernels.md, Decisions)
   constexpr bool kKeyRun = Q::kSqLut && C::kKeyBits == 3 && D == 128 && !P;
   auto q_head = [&](int g, float (&y)[D / 32]) {
     __half* const hrow = reinterpret_cast<__half*>(qbuf);  // hi: halves [0, D), lo: [D, 2D)
@@ -792,7 +794,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // bank groups, tokens 0–3 on four: there row r is token r/2 + 4·(r & 1) (kSpread; k-slots
   // 2p, 2p+1 are tokens p, p + 4), the keys' rows r and r + 4 sharing banks as before.
   constexpr bool kEvenOdd = !P && kH > 0 && (kH * SLOT) % 16 == 8;
-  // (not for 3-bit mse keys: k3v4_nc at 64/16 ran 3% slower with it, kernels.md run 30h)
+  // (not for 3-bit mse keys: k3v4_nc at 64/16 ran 3% slower with it)
   constexpr bool kSpread = !P && kH > 0 && (kH * SLOT) % 64 == 32 && !(Q::kMse && C::kKeyBits == 3);
   // token of row r + 8 / of k-slot 2p+1, minus that of row r / of k-slot 2p
   constexpr int d8 = kEvenOdd ? 1 : 8, dv1 = kEvenOdd ? 2 : kSpread ? 4 : 1;
@@ -819,7 +821,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
                          ring_row_bytes<C, P>(kH > 0 ? kH : 1) % 4 == 0 && kVRowStep > 0;
   // 4-bit values, vLLM layout, 16 heads per CTA, G ≤ 4, d = 128, where kVPar does not apply (kSpread:
   // 4bit_nc): each lane row reads its codes as aligned 4-byte words instead of u16 (half the
-  // shared-memory wavefronts where a warp's codes are word aligned, 3/4 where they are not). Kept where it measured faster (kernels.md run 40: 32/16 and
+  // shared-memory wavefronts where a warp's codes are word aligned, 3/4 where they are not). Kept where it measured faster (32/16 and
   // 64/16 −1.6 … −2.4% at 32K); at 8 heads it was within ±1% at G 4 and 3–5% slower at 64/8 and 28/4
   // (G > 4, where ptxas spilled more). v_s: this warp's codes start 2 bytes past a word (rows and
   // pieces are 4-byte aligned here); v_wrap: lane row 7 then reads unit 0 as its last (write-out: vdim).
@@ -831,8 +833,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // slots are even) bytes into a word in every row, so run_off and v_s follow from that offset, the same
   // for the whole warp; the full sub-tiles then run a body compiled for it (run_off, v_s and v_wrap
   // constants: no run-alignment shifts, no predicated loads for the other offset's case: k3v4_nc's
-  // full-tile body 605 → 568 / 576 SASS instructions). Kept where it measured faster (kernels.md run 45:
-  // 3-bit keys, 8 heads per CTA, G ≤ 4: k3v4_nc −1.2%, 3bit_nc −2.0% at the issue's shape); at 16 heads,
+  // full-tile body 605 → 568 / 576 SASS instructions). Kept where it measured faster (3-bit
+  // keys, 8 heads per CTA, G ≤ 4: k3v4_nc −1.2%, 3bit_nc −2.0% at 32/8, 32K); at 16 heads,
   // at G 8 and for kVPar alone (4bit_nc) it was 0.5–3.5% slower.
   constexpr bool kKeyOff = kKeyRun && PK && kH == 8 && ring_row_bytes<C, P>(kH) % 4 == 0;
   [[maybe_unused]] const int key_mod = rm.key & 3;
@@ -870,8 +872,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     if (it >= 1 && warp == ((it - 1) & (n_prod - 1)) && it - 1 + S < rg.tiles) {  // refill the stage read in iteration it − 1
       const int pages = next_pages;
       // (tiles < fill_tiles are in fill_pages already; taking them from there with a
-      // shuffle instead of this reload made the producer path longer: 32K 4bit_nc +0.7%,
-      // k3v4_nc +2.6%, A/B in run 17)
+      // shuffle instead of this reload made the producer path longer: 32K k3v4_nc +2.6%)
       next_pages = load_pages(it + n_prod - 1 + S, hw);
       dev::mbar_wait(empty0 + 8u * sp, php);
       issue(it - 1 + S, sp, pages, 0);
@@ -968,7 +969,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
               dev::mma_1688(qb[h], af[2], af[3], af[3]);
             } else if constexpr (Q::kMse) {
               // G > 4: two m16n8k16 (B = {a0, a2}, {a1, a3}: register moves), fewer spills in these
-              // register-bound kernels, ~1% faster at GQA 8 (run 17; G ≤ 4: 4bit_nc −0.4%, k3v4_nc +0.8%)
+              // register-bound kernels, ~1% faster at GQA 8 (at G ≤ 4 within ±1%)
               dev::mma_16816(qa[h], af, af[0], af[2]);
               dev::mma_16816(qb[h], af, af[1], af[3]);
             }
@@ -1439,7 +1440,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           // byte window b = 3j / 8 (bytes b, b+1) at bit k = 3j % 8 ≤ 7 of each half: window 2m is
           // e[m], window 2m+1 one PRMT of e[m] and e[m+1], the last (codes in byte NB − 1 alone)
           // e[m] >> 8. Per token pair 16 LOP3 and ≤ 6 PRMT/SHF for 32 codes, from NB/2 u16 loads
-          // per token (run 38e).
+          // per token.
           static_assert(Q::kSlot % 2 == 0 && C::kKeyBytes % 2 == 0, "u16 loads of the value chunks");
           uint32_t e[2][2][NB / 2];
 #pragma unroll
@@ -1493,8 +1494,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     }
     // Every lane releases its own reads of the stage (the empty barrier counts all the CTA's
     // threads). Lane 0 alone arriving after __syncwarp left compute-sanitizer racecheck 16 hazards
-    // (the refill's bulk copy against the other lanes' reads, kernels.md 34e); this is clean, and
-    // A/B-timed within ±2% of it except k3v4_nc at 2 kv heads, 32K (+5%: ptxas spills; run 35).
+    // (the refill's bulk copy against the other lanes' reads); this is clean, and timed within
+    // ±2% of it except k3v4_nc at 2 kv heads, 32K (+5%: ptxas spills).
     dev::mbar_arrive(empty0 + 8u * s);
     sp = s;
     php = ph;
@@ -1507,8 +1508,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // The merge kernel (a programmatic dependent launch) may start launching now: its CTAs
   // wait in griddepcontrol.wait until this grid has finished and its writes are visible,
   // so its launch overlaps the write-out instead of following the last CTA's exit.
-  // (Signalled at the start of stage 1 instead, run 15b, the waiting merge CTAs took SM
-  // slots during the main loop and both decodes got slower.)
+  // (Signalled at the start of stage 1 instead, the waiting merge CTAs take SM slots
+  // during the main loop and both decodes get slower.)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
   // ---- write this warp's part: O = (Σ c·P' (scaled back) + Σ p·zero) / Σ p ----
@@ -1657,7 +1658,7 @@ __global__ void __launch_bounds__(32 * QCfg<C>::kCtaWarps, decode_min_ctas<C>())
 // compile time (HS: 8, 4, 16 and 2 — their plans use all 16 warps, so warps per head too) where
 // the plan has one of them, else at run time (HR). With run-time heads the G > 4 kernels spill
 // and every row offset is computed: at 4 kv heads 10% slower (G 7) and 4% (G 4) than the
-// 4-head kernel, at 8 kv heads 4–12% (kernels.md run 30).
+// 4-head kernel, at 8 kv heads 4–12%.
 template <class C, int HR, int... HS, class Fn>
 void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   static_assert(!QCfg<C>::kWide || tm_rows<C>(8),

@@ -99,8 +99,8 @@ __device__ __forceinline__ void store_u16(uint8_t* p, uint32_t v) { *reinterpret
 
 // One LSB-first stream of n B-bit codes (staged one per byte, 16-byte aligned)
 // to dst (2-byte aligned) with 2-byte stores: lane-strided 16-bit words, each
-// packed from one vector load of the codes it holds. (The first version built
-// every byte with a generic bit loop: ~15% of copy bandwidth for the store.)
+// packed from one vector load of the codes it holds. (A generic bit loop building
+// every byte held the store to ~15% of copy bandwidth.)
 template <int B>
 __device__ __forceinline__ void write_stream(const uint8_t* codes, int n, uint8_t* dst, int lane) {
   if constexpr (B == 8) {
@@ -319,9 +319,9 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
 }
 
 // ---- quad store: four lanes per token-head (mse or fp8 keys + uniform values) ----
-// The warp-per-row kernel above issues ~545 warp instructions per row (Nsight, run 9):
+// The warp-per-row kernel above issues ~545 warp instructions per row (Nsight Compute):
 // with 4 values per lane most of them are shuffles (FWHT lane stages, reductions),
-// per-lane IEEE divisions and byte staging. A thread per row (run 9) needs 255
+// per-lane IEEE divisions and byte staging. A thread per row needs 255
 // registers and stalls. Here a quad of lanes owns a row, a lane holds the D/4
 // elements j = 32i + 8q + e (q = lane % 4, e < 8): one 16-byte load per i (a
 // quad's loads are 64 contiguous bytes), FWHT stages h = 1, 2, 4 and ≥ 32 inside

@@ -732,7 +732,8 @@ TEST_CASE("decode: constant and zero value vectors (zero value scale / norm)", "
 
 // Keys that are one-hot before the rotation (half the token-heads) with peaked logits: every
 // coordinate of such a key lands in the same magnitude class, so any per-code error in the nc
-// norm's Σc² is multiplied by the dimension instead of averaging out (kernels.md runs 36b, 37).
+// norm's Σc² is multiplied by the dimension instead of averaging out (Σc² from plain fp16 squares
+// reached 1.24e-3 here, above the 1e-3 bound).
 TEST_CASE("decode: flat keys (one-hot before the rotation) at large logits", "[decode]") {
   for (const auto& fmt : {std::string("turboquant_4bit_nc"), std::string("turboquant_k3v4_nc"),
                           std::string("turboquant_3bit_nc"), std::string("f16")})
