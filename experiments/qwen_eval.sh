@@ -19,7 +19,7 @@
 #   long          perplexity/KLD at n_ctx 512, 2048, 8192 on the same first
 #                 16384 tokens of the Jargon Lexicon (8192 scored at each
 #                 n_ctx) for f16, q8_0, turbo4, turbo3, 4bit_nc, k3v4_nc
-#   passkey       passkey retrieval at 1K, 2K, 4K, 8K tokens, 5 depths, for
+#   passkey       passkey retrieval at 1K, 2K, 4K, 8K tokens, depths 0, 0.5, 1, for
 #                 f16 and the same five formats
 #
 # Needs: scripts/setup.sh (build/ and the models: TQ_MODELS=all data/fetch_models.sh).
@@ -89,11 +89,11 @@ step_long() {
 step_passkey() {
   # shellcheck disable=SC2086
   run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,2048,4096,8192 \
-    --depths 0,0.25,0.5,0.75,1 --trials 1 --seed 1 --format q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc
+    --depths 0,0.5,1 --trials 1 --seed 1 --format q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512 ppl512-0.5b ppl512-ck dump ablate long passkey ppl512-skip)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512 ppl512-0.5b dump ablate passkey long ppl512-skip ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512) step_ppl512 ;;
