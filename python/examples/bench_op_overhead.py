@@ -1,0 +1,70 @@
+"""What the torch op adds over the raw kernel launch: the same decode_out call
+eager (Python → dispatcher → argument checks → plan → launch) and replayed from
+a CUDA graph (the kernels alone), per call, for a short decode where launch
+overhead matters (B 1, 4K) and the target shape (B 32, 32K).
+
+    PYTHONPATH=python python python/examples/bench_op_overhead.py
+"""
+import time
+
+import torch
+
+import tqkit_torch as tq
+
+
+def per_call_us(fn, n=200):
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1000 / n
+
+
+def main():
+    fmt, H, HKV, D, bs = "turboquant_4bit_nc", 32, 8, 128, 16
+    for B, T in [(1, 4096), (32, 32768)]:
+        pages = T // bs
+        cache = torch.randint(0, 255, (B * pages, bs, HKV, tq.slot_bytes(fmt, D)), dtype=torch.uint8, device="cuda")
+        cache.view(B * pages, bs, HKV, -1)[..., 64:66] = 0  # finite fp16 norms (zero)
+        table = torch.arange(B * pages, dtype=torch.int32, device="cuda").view(B, pages)
+        lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
+        q = torch.randn(B, H, D, device="cuda", dtype=torch.half)
+        out = torch.empty_like(q)
+        splits = 4
+        ws = torch.empty(tq.decode_workspace_bytes(fmt, B, 1, H, HKV, D, bs, T, splits), dtype=torch.uint8,
+                         device="cuda")
+        call = lambda: tq.decode_out(out, q, cache, table, lens, ws, fmt, D ** -0.5, T, splits)
+        eager = per_call_us(call)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            call()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            call()
+        graph = per_call_us(g.replay)
+        # host time to issue one call (Python, dispatcher, argument checks, plan, launches)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            call()
+        host = (time.perf_counter() - t0) * 1e6 / 20
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            g.replay()
+        host_graph = (time.perf_counter() - t0) * 1e6 / 20
+        torch.cuda.synchronize()
+        print(f"B {B:2d} ctx {T:5d}: GPU per call eager {eager:7.1f} us, graph {graph:7.1f} us; host per call: "
+              f"op {host:5.1f} us, graph replay {host_graph:5.1f} us (the op adds {host - host_graph:+.1f} us of host "
+              f"time, hidden while the GPU is busier than that)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""PyTorch operators over tqkit's CUDA kernels for TurboQuant KV caches, on
+vLLM's cache tensor and argument conventions.
+
+    import tqkit_torch as tq
+    cache = torch.zeros(num_blocks, 16, num_kv_heads, tq.slot_bytes("turboquant_4bit_nc", 128),
+                        dtype=torch.uint8, device="cuda")
+    tq.store(key, value, cache, slot_mapping, "turboquant_4bit_nc")          # new tokens -> slots
+    out = tq.decode(query, cache, block_table, seq_lens, "turboquant_4bit_nc", scale=128 ** -0.5)
+    k, v = tq.dequant(cache, block_table, seq_lens, "turboquant_4bit_nc", head_dim=128)
+
+Layouts (as vLLM's TurboQuant backend):
+  kv_cache      uint8 [num_blocks, block_size, num_kv_heads, slot_bytes]
+  key, value    fp16  [num_tokens, num_kv_heads, head_dim]; slot_mapping int64 [num_tokens]
+  query, out    fp16  [num_seqs, num_heads, head_dim] or [num_seqs, q_len, num_heads, head_dim]
+  block_table   int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs], the new tokens included
+Query j of q_len attends to positions [0, seq_len - q_len + j].
+
+Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,
+turbo2, turbo3, turbo4, turbo4-qjl (and mse/fp8 + u3/u4 specs); head_dim 64, 128, 256.
+
+CUDA graphs: decode_out / dequant_out and store allocate nothing; size the
+workspace once with decode_workspace_bytes and a fixed num_splits (> 0), then
+capture. The wrappers decode / dequant allocate their outputs (not for capture).
+"""
+
+import torch
+
+from . import _C  # noqa: F401  (registers torch.ops.tqkit)
+
+_ops = torch.ops.tqkit
+
+__all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_workspace_bytes", "dequant", "dequant_out",
+           "encode_cpu", "decode_cpu", "validate_indices"]
+
+
+def slot_bytes(format: str, head_dim: int) -> int:
+    """Bytes of one token-head slot of `format` at `head_dim` (the cache's last dim)."""
+    return _ops.slot_bytes(format, head_dim)
+
+
+def validate_indices(kv_cache, slot_mapping=None, block_table=None, seq_lens=None, max_seq_len=None):
+    """Checks the contents the kernels trust (one device synchronisation):
+    slot_mapping < num_blocks * block_size, block_table entries the sequences
+    use in [0, num_blocks), 0 <= seq_lens <= max_seq_len. Raises ValueError naming the argument."""
+    nb, bs = kv_cache.shape[0], kv_cache.shape[1]
+    if slot_mapping is not None and slot_mapping.numel() and int(slot_mapping.max()) >= nb * bs:
+        raise ValueError(f"slot_mapping: slot {int(slot_mapping.max())} is beyond the cache's {nb * bs} slots")
+    if seq_lens is not None:
+        lo, hi = int(seq_lens.min()), int(seq_lens.max())
+        if lo < 0 or (max_seq_len is not None and hi > max_seq_len):
+            raise ValueError(f"seq_lens: values in [{lo}, {hi}] are outside [0, max_seq_len={max_seq_len}]")
+        if block_table is not None:
+            need = (seq_lens.to(torch.int64) + bs - 1) // bs  # blocks each sequence reads
+            cols = torch.arange(block_table.shape[1], device=block_table.device)
+            used = cols[None, :] < need[:, None]
+            bad = used & ((block_table < 0) | (block_table >= nb))
+            if bool(bad.any()):
+                i, p = (int(x) for x in bad.nonzero()[0])
+                raise ValueError(f"block_table[{i}, {p}] = {int(block_table[i, p])} is not a block of the cache "
+                                 f"(num_blocks {nb})")
+
+
+def store(key, value, kv_cache, slot_mapping, format: str, validate: bool = False):
+    """Quantizes key/value fp16 [num_tokens, num_kv_heads, head_dim] into their slots (in place)."""
+    if validate:
+        validate_indices(kv_cache, slot_mapping=slot_mapping)
+    _ops.store(key, value, kv_cache, slot_mapping, format)
+
+
+def decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, head_dim, block_size, max_seq_len,
+                           num_splits=0) -> int:
+    """Device bytes decode_out needs for these shapes (0 num_splits: automatic)."""
+    return _ops.decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, head_dim, block_size,
+                                       max_seq_len, num_splits)
+
+
+def _qshape(query):
+    if query.dim() == 3:
+        return query.shape[0], 1, query.shape[1], query.shape[2]
+    return tuple(query.shape)
+
+
+def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: str, scale: float, max_seq_len: int,
+               num_splits: int = 0):
+    """Attention of query over the quantized cache into out (fp16, query's shape). No allocation."""
+    _ops.decode(out, query, kv_cache, block_table, seq_lens, workspace, format, float(scale), int(max_seq_len),
+                int(num_splits))
+
+
+def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
+           num_splits: int = 0, validate: bool = False):
+    """Allocating form of decode_out. max_seq_len defaults to block_table's capacity."""
+    if max_seq_len is None:
+        max_seq_len = block_table.shape[1] * kv_cache.shape[1]
+    if validate:
+        validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
+    b, q_len, heads, d = _qshape(query)
+    ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
+                                            max_seq_len, num_splits), dtype=torch.uint8, device=query.device)
+    out = torch.empty_like(query)
+    decode_out(out, query, kv_cache, block_table, seq_lens, ws, format, scale, max_seq_len, num_splits)
+    return out
+
+
+def dequant_out(k_out, v_out, kv_cache, block_table, seq_lens, out_offsets, format: str, max_seq_len: int):
+    """Dequantizes sequence i's positions [0, seq_lens[i]) into rows out_offsets[i] + pos of k_out, v_out
+    (fp16 or bf16 [rows, num_kv_heads, head_dim]); K in the original basis. No allocation."""
+    _ops.dequant(k_out, v_out, kv_cache, block_table, seq_lens, out_offsets, format, int(max_seq_len))
+
+
+def dequant(kv_cache, block_table, seq_lens, format: str, head_dim: int, dtype=torch.float16, max_seq_len=None,
+            validate: bool = False):
+    """Allocating form of dequant_out: returns k, v [sum(seq_lens), num_kv_heads, head_dim], sequences in order."""
+    if max_seq_len is None:
+        max_seq_len = block_table.shape[1] * kv_cache.shape[1]
+    if validate:
+        validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
+    lens = seq_lens.to(torch.int64)
+    offsets = (torch.cumsum(lens, 0) - lens).to(torch.int32)
+    rows = int(lens.sum())
+    k = torch.empty(rows, kv_cache.shape[2], head_dim, dtype=dtype, device=kv_cache.device)
+    v = torch.empty_like(k)
+    dequant_out(k, v, kv_cache, block_table, seq_lens, offsets, format, max_seq_len)
+    return k, v
+
+
+def encode_cpu(key, value, format: str):
+    """The CPU encoder's slot bytes for float(key), float(value) [N, H, D] (CPU tensors): the oracle."""
+    return _ops.encode_cpu(key, value, format)
+
+
+def decode_cpu(slots, format: str, head_dim: int):
+    """The CPU decoder: float32 k, v [..., head_dim] from slot bytes [..., slot_bytes]."""
+    return _ops.decode_cpu(slots, format, head_dim)
