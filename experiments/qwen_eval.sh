@@ -7,8 +7,10 @@
 #
 #   experiments/qwen_eval.sh STEP...     (default: every step, in this order)
 #
-#   ppl512        tq-eval, 1.5B, n_ctx 512, the whole Jargon File Part I, every
-#                 vLLM preset, turbo format, q8_0 and q4_0
+#   ppl512-f16    tq-eval, 1.5B, n_ctx 512, f16 cache, the whole Jargon File
+#                 Part I (34 chunks: the number to compare with llama.cpp)
+#   ppl512        tq-eval, 1.5B, n_ctx 512, the first $CHUNKS chunks of Part I,
+#                 every vLLM preset, turbo format, q8_0 and q4_0
 #   ppl512-skip   the same with the first and last two layers kept at fp16
 #   ppl512-0.5b   both of the above on the 0.5B model
 #   ppl512-ck     tq-eval, 1.5B, n_ctx 512: kivi4, kivi2, and the formats with
@@ -17,10 +19,12 @@
 #   dump          tq-dump, 1.5B, 2048 tokens of Part I (out/qwen15_2048.h5)
 #   ablate        tq-ablate on that dump, every format and study
 #   long          perplexity/KLD at n_ctx 512, 2048, 8192 on the same first
-#                 16384 tokens of the Jargon Lexicon (8192 scored at each
-#                 n_ctx) for f16, q8_0, turbo4, turbo3, 4bit_nc, k3v4_nc
-#   passkey       passkey retrieval at 1K, 2K, 4K, 8K tokens, depths 0, 0.5, 1, for
-#                 f16 and the same five formats
+#                 8192 tokens of the Jargon Lexicon (about 4080 scored at each
+#                 n_ctx) for f16, q8_0, turbo4, turbo3, 4bit_nc, k3v4_nc, with
+#                 the first and last two layers at fp16 (without them every
+#                 rotated format is already broken at n_ctx 512, see ppl512)
+#   passkey       passkey retrieval at 1K and 4K tokens, depths 0, 0.5, 1, for
+#                 f16, q8_0, turbo4, 4bit_nc, k3v4_nc (same fp16 layers)
 #
 # Needs: scripts/setup.sh (build/ and the models: TQ_MODELS=all data/fetch_models.sh).
 # CPU time on the project's 2-core box is in experiments/results/qwen.md.
@@ -33,6 +37,10 @@ TEXT=$C/text/jargon-part1.txt
 LONG=$C/text/jargon-lexicon.txt
 R=experiments/results/qwen
 OUT=${TQ_OUT:-out}
+# Format sweeps score the first CHUNKS chunks of 512 tokens: one 1.5B forward
+# of 512 tokens takes about 12 s on 2 cores, and every format is its own
+# forward (all 34 chunks x 11 caches would be 75 minutes per sweep).
+CHUNKS=${TQ_CHUNKS:-8}
 mkdir -p "$R" "$OUT"
 
 FORMATS512="q8_0 q4_0 turboquant_k8v4 turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turbo2 turbo3 turbo4 turbo4-qjl"
@@ -52,23 +60,26 @@ run() {
   mv "$R/$name.txt.part" "$R/$name.txt"
 }
 
+step_ppl512_f16() {
+  run ppl512-f16 build/tq-eval --model "$M15" --text "$TEXT" --ctx 512
+}
 step_ppl512() {
   # shellcheck disable=SC2086
-  run ppl512 build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --format $FORMATS512
+  run ppl512 build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --format $FORMATS512
 }
 step_ppl512_skip() {
   # shellcheck disable=SC2086
-  run ppl512-skip build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --skip-layers first2,last2 --format $FORMATS512
+  run ppl512-skip build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --skip-layers first2,last2 --format $FORMATS512
 }
 step_ppl512_05() {
   # shellcheck disable=SC2086
-  run ppl512-0.5b build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --format $FORMATS512
+  run ppl512-0.5b build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --format $FORMATS512
   # shellcheck disable=SC2086
-  run ppl512-0.5b-skip build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --skip-layers first2,last2 --format $FORMATS512
+  run ppl512-0.5b-skip build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --skip-layers first2,last2 --format $FORMATS512
 }
 step_ppl512_ck() {
-  run ppl512-kivi build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --format kivi4 kivi2
-  run ppl512-ck build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --center-keys --format q8_0 q4_0 \
+  run ppl512-kivi build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --format kivi4 kivi2
+  run ppl512-ck build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --center-keys --format q8_0 q4_0 \
     turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turbo4 turbo3
 }
 step_dump() {
@@ -78,24 +89,28 @@ step_ablate() {
   run ablate build/tq-ablate --dump "$OUT/qwen15_2048.h5" --format all --study all --out "$R/ablation"
 }
 step_long() {
-  # 16384 tokens at every n_ctx: 32 / 8 / 2 chunks.
+  # 8192 tokens at every n_ctx: 16 / 4 / 1 chunks (one 8192-token forward of
+  # the 1.5B model is about 3 minutes on 2 cores; 18 of them per step).
   local ctx chunks
   for ctx in 512 2048 8192; do
-    chunks=$((16384 / ctx))
+    chunks=$((8192 / ctx))
     # shellcheck disable=SC2086
-    run "long-$ctx" build/tq-eval --model "$M15" --text "$LONG" --ctx "$ctx" --chunks "$chunks" --format $FORMATS_LONG
+    run "long-$ctx" build/tq-eval --model "$M15" --text "$LONG" --ctx "$ctx" --chunks "$chunks" \
+      --skip-layers first2,last2 --format $FORMATS_LONG
   done
 }
 step_passkey() {
   # shellcheck disable=SC2086
-  run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,2048,4096,8192 \
-    --depths 0,0.5,1 --trials 1 --seed 1 --format q8_0 turbo4 turbo3 turboquant_4bit_nc turboquant_k3v4_nc
+  run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,4096 \
+    --depths 0,0.5,1 --trials 1 --seed 1 --skip-layers first2,last2 \
+    --format q8_0 turbo4 turboquant_4bit_nc turboquant_k3v4_nc
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512 ppl512-0.5b dump ablate passkey long ppl512-skip ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey long ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
+    ppl512-f16) step_ppl512_f16 ;;
     ppl512) step_ppl512 ;;
     ppl512-skip) step_ppl512_skip ;;
     ppl512-0.5b) step_ppl512_05 ;;
