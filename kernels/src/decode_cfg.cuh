@@ -115,9 +115,8 @@ struct QCfg {
   // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
-  // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise: the
-  // ALU form measured 3–11% faster at d = 128 and 256 (the LUT form takes ~10 shared-memory loads
-  // per 4 dims) and 15% slower at d = 64
+  // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise (the
+  // LUT form takes ~10 shared-memory loads per 4 dims and pays off only at d = 64)
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
   // mse keys: the second 128 bytes of each 256-byte LUT row (unused by the key entries) hold
@@ -133,7 +132,7 @@ struct QCfg {
   // 4-bit values: lane row r reads the u16 words at bytes 2r + 16w (w < kVChunk/2) of each
   // token's codes, so the 8 rows of a lane quad read 4 consecutive words and the four
   // quads' tokens (8·slot apart) land in disjoint banks (rows of 8 contiguous bytes per
-  // lane, as the 3-bit path reads them, were 2-way bank conflicted). Word w of row r
+  // lane, as the 3-bit path reads them, would be 2-way bank conflicted). Word w of row r
   // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
   // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
   // of qs and a sign nibble; turbo2: a byte of qs).
@@ -152,11 +151,11 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // 64 bytes apart start on at most 2 bank groups (turbo2/3/4 slots at 16 heads: 4-way conflicts
 // that no token order or row-independent lane → word map avoids). There the
 // wide-LUT kernels pad each row by 16 bytes (rows 4·odd words apart: 8 distinct groups) and copy
-// a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32.
+// a page in 16 per-token runs instead of one (21–32% faster at 32 kv heads).
 // Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
 // 16) stay unpadded: where the CTA holds every kv head the per-token copies cost more than the
-// conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%), and where it holds 8 of them
-// one tensor-map box per half beats padded per-token copies (turbo3 at 40 kv heads −33%).
+// conflicts, and where it holds 8 of them one tensor-map box per half beats padded per-token
+// copies.
 template <class C, bool P>
 __host__ __device__ constexpr int ring_row_bytes(int hpc) {
   const int row = hpc * QCfg<C>::kSlot;

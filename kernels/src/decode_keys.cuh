@@ -7,7 +7,7 @@
 //            index bytes of dims 32ps + 8p … +7 (two 2-byte loads: slots are only
 //            2-byte aligned; neighbouring lanes read neighbouring words, conflict
 //            free — with 4 heads per CTA only if MMA rows 0–7 are the even tokens:
-//            kEvenOdd) and maps each byte — two 4-bit indices — through a 256-entry LUT
+//            kEvenOddRows) and maps each byte — two 4-bit indices — through a 256-entry LUT
 //            of half2(α·c[lo], α·c[hi]) straight into the MMA operand register, one
 //            conflict-free 4-byte load from the lane's own copy. d ≤ 128: one 16-warp
 //            CTA per SM shares a LUT of 256-byte rows at shared address 64K, so the
@@ -20,18 +20,14 @@
 //            LUT, QCfg::kSqLut): the second half of each LUT row holds the lane copies of
 //            its entry's x_a² + x_b² as fp16 hi + lo (exact to ~1e-6), read 128 bytes after
 //            the key entry (an LDS with an immediate offset); one m16n8k16 with B = ones per
-//            k-step and half sums them, and every lane holds its own tokens' sums (against the
-//            Gram: 4-bit keys −3.3% at 32/8, 32K; 3-bit keys −1.1% there and −5.3 … −7.1% at
-//            G > 4, where the Gram's operand moves made ptxas spill). d = 256: the Gram, per
-//            k-step four m16n8k8 MMAs whose B operand is the tile's own key registers
+//            k-step and half sums them, and every lane holds its own tokens' sums (cheaper
+//            than the Gram below, whose operand moves make ptxas spill at G > 4). d = 256: the
+//            Gram, per k-step four m16n8k8 MMAs whose B operand is the tile's own key registers
 //            (tokens 0–7 / 8–15 as columns), the diagonal being each token's sum of squares
-//            (G > 4: two m16n8k16, B = {a0, a2}, {a1, a3}). Not kept: integer sums of squares
-//            from 8-byte LUT entries (12–17% slower, spills); the fragment squared in fp16
-//            (HMUL2) times a B of ones, 7–9% faster but off by up to 4.3e-4 per code, the
-//            large-logits case at 1.24e-3; with the residuals x·x − fp16(x²) added back,
-//            exact and 13–18% slower.
+//            (G > 4: two m16n8k16, B = {a0, a2}, {a1, a3}). (Squaring the fp16 fragment
+//            instead is faster but off by up to 4.3e-4 per code.)
 //   scores : S^T = C · Q'^T, Q' = FWHT(q)/√d split into fp16 hi + lo (fp16 q' alone
-//            simulates to 1.5e-3 relative output error). G ≤ 4 ("packed", PK): hi in
+//            simulates to 1.5e-3 relative output error). G ≤ 4 (KernelTraits::kPacked): hi in
 //            MMA columns 0–3, lo in columns 4–7 of one MMA (G ≤ 8 runs hi and lo as
 //            two MMAs). Packed: lanes p < 2 then finish half 0, lanes p ≥ 2 half 1
 //            (one shuffle exchanges the partial scores), so the per-token work —
@@ -386,8 +382,8 @@ __device__ __forceinline__ void key_scores(const uint8_t* const (&hb)[2], const 
           dev::mma_1688(qa[h], af[2], af[3], af[2]);
           dev::mma_1688(qb[h], af[2], af[3], af[3]);
         } else if constexpr (Q::kMse) {
-          // G > 4: two m16n8k16 (B = {a0, a2}, {a1, a3}: register moves), fewer spills in these
-          // register-bound kernels, ~1% faster at GQA 8 (at G ≤ 4 within ±1%)
+          // G > 4: two m16n8k16 (B = {a0, a2}, {a1, a3}: register moves): fewer spills in these
+          // register-bound kernels than four m16n8k8
           dev::mma_16816(qa[h], af, af[0], af[2]);
           dev::mma_16816(qb[h], af, af[1], af[3]);
         }
