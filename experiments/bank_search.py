@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Can a token order plus a lane -> word map make the decode's 4-bit key loads bank-conflict-free?
 
-The quantized decode (kernels/src/decode_kernel.cuh) reads a 16-token half's key indices with lane
+The quantized decode (kernels/src/decode_keys.cuh) reads a 16-token half's key indices with lane
 (r, p) taking MMA row r (then row r + 8, a second load) and, in pair-step ps, one 4-byte word of that
 row's 16 (4-bit keys, D = 128: 64 index bytes). A load is conflict-free when its 32 words fall in 32
 distinct banks. Rows are `kst = heads x slot` bytes apart in shared memory (the vLLM page layout, one

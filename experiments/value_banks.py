@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Shared-memory wavefronts of the decode's 4-bit value loads: u16 words against aligned 4-byte words.
 
-The quantized decode (kernels/src/decode_kernel.cuh) reads the value codes of 4 tokens per warp load
+The quantized decode (kernels/src/decode_values.cuh) reads the value codes of 4 tokens per warp load
 (lane (r, p): token of k-slot 2p, then 2p + 1, 2p + 8, 2p + 9; row r of the 8 lane rows). Two ways:
 
   u16   lane row r reads the u16 at byte 2r + 16w (w < D/32) of the token's codes: 4·D/32 loads per token;
@@ -9,7 +9,7 @@ The quantized decode (kernels/src/decode_kernel.cuh) reads the value codes of 4 
         past a word — and then row 7 alone the word 32 bytes before its first (unit 0): D/64 (+1) loads
         (kVWords, kernels.md run 40).
 
-Rows (tokens) are ring_row_bytes(heads) apart; the kernel's token orders (kEvenOdd, kSpread) are
+Rows (tokens) are ring_row_bytes(heads) apart; the kernel's token orders (KernelTraits::kEvenOddRows, kSpreadRows) are
 modelled. A warp load costs as many wavefronts as the most distinct words one bank must serve; a
 load whose lanes are all predicated off is counted as none. Prints, per format, head dim and heads
 per CTA, the wavefronts per 32-token sub-tile (two halves) for each warp averaged over the CTA's heads.

@@ -393,8 +393,9 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
         plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
       }
       plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
+      const QuerySlicing slicing = dual ? QuerySlicing::both : sliced ? QuerySlicing::one : QuerySlicing::whole;
       const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols), plan.heads_per_cta,
-                                plan.warps_per_head, sliced, plan.tensor_map, plan.query_slices};
+                                plan.warps_per_head, slicing, plan.tensor_map};
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
     finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/true);
@@ -449,11 +450,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       if (!dual_slices_fit(a.group, plan.heads_per_cta, Q::kCtaWarps, planes) ||
           plan.threads != 2 * 32 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
-      const DecodeKernelSel sel{planes, a.group, plan.heads_per_cta, plan.warps_per_head, true, false, 2};
+      const DecodeKernelSel sel{planes, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::both, false};
       decode_kernel_launch<C>(sel, a, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     } else {
       for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
-        const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head, sliced, tm};
+        const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head,
+                                  sliced ? QuerySlicing::one : QuerySlicing::whole, tm};
         decode_kernel_launch<C>(sel, s, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
       });
     }

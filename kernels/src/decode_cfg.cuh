@@ -41,15 +41,22 @@ struct DecodeTablesTm : DecodeTables {
   CUtensorMap map;  // 2-D, 8-byte elements: x = a token row's bytes / 8, y = the cache's token rows
 };
 
-// Which instantiation of the quantized decode kernel a launch takes (pick_kernel): the plane
-// layout or not, query columns (G ≤ 8 per launch), heads per CTA, warps per head, and whether
-// the launch is one slice of G > 8 query columns (for_each_query_slice).
+// How a launch covers the G query heads (columns) of a kv head: the kernel computes at most 8
+// columns per warp.
+enum class QuerySlicing {
+  whole,  // G ≤ 8: all columns in one launch
+  one,    // one slice of ≤ 8 columns of G > 8 (a launch per slice: for_each_query_slice)
+  both,   // both slices of 8 < G ≤ 16 in one launch, a second set of warps for columns 8 … (query_slices)
+};
+
+// Which instantiation of the quantized decode kernel a launch takes (pick_kernel, which maps it to
+// a KernelTraits): the plane layout or not, query columns of the launch (G ≤ 8 per slice; G when
+// slicing = both), heads per CTA, warps per head, the slicing, and the tensor-map copies.
 struct DecodeKernelSel {
   bool planes = false;
-  int group = 0, hpc = 0, wph = 0;
-  bool sliced = false;
-  bool tmap = false;        // tm_copies: the TM variant (one tensor-map box per 16-token half)
-  int slices = 1;           // query slices per CTA (2: both of 8 < G ≤ 16 in one launch, group = G)
+  int group = 0, heads_per_cta = 0, warps_per_head = 0;
+  QuerySlicing slicing = QuerySlicing::whole;
+  bool tensor_map = false;  // tm_copies: one tensor-map box per 16-token half
 };
 
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
@@ -66,15 +73,6 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
 namespace {
 
 constexpr int kSub = 32;       // tokens per warp sub-tile
-// decode_kernel's H for a slice of G > 8 query columns: −1 (heads per CTA: a.hpc) or −8 (8);
-// for both slices of 8 < G ≤ 16 in one launch (query_slices, two warps per head and sub-tile:
-// warps hpc·wph … compute columns 8 …): −101 (a.hpc) or −108 (8)
-constexpr int kSliced = -1, kSliced8 = -8, kDual = -101, kDual8 = -108;
-constexpr bool dual_slices(int H) { return H <= kDual; }
-// heads per CTA of kernel H at compile time (0: a.hpc)
-constexpr int compile_heads(int H) {
-  return H == kSliced || H == kDual ? 0 : dual_slices(H) ? kDual - H + 1 : H < 0 ? -H : H;
-}
 constexpr int kMaxStages = 4;
 
 // Wide-LUT kernels (QCfg::kWide): the LUT sits at shared address kLutAddr (64 KB
@@ -117,9 +115,8 @@ struct QCfg {
   // d = 256: 128-byte rows in static shared memory, two 8-warp CTAs… (registers:
   // one), address = LEA.
   static constexpr bool kWide = kLut && D <= 128 && !kQjl;  // qjl: two accumulators, 255 registers
-  // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise: the
-  // ALU form measured 3–11% faster at d = 128 and 256 (the LUT form takes ~10 shared-memory loads
-  // per 4 dims) and 15% slower at d = 64
+  // turbo4-qjl's ±1 halves (sign_frag) from a shared LUT at d = 64, on the ALU otherwise (the
+  // LUT form takes ~10 shared-memory loads per 4 dims and pays off only at d = 64)
   static constexpr bool kSignLut = kQjl && C::kD <= 64;
   static constexpr int kSignLutEntries = kSignLut ? 16 * 32 : 1;  // 16 rows × 32 lane copies (uint2)
   // mse keys: the second 128 bytes of each 256-byte LUT row (unused by the key entries) hold
@@ -135,7 +132,7 @@ struct QCfg {
   // 4-bit values: lane row r reads the u16 words at bytes 2r + 16w (w < kVChunk/2) of each
   // token's codes, so the 8 rows of a lane quad read 4 consecutive words and the four
   // quads' tokens (8·slot apart) land in disjoint banks (rows of 8 contiguous bytes per
-  // lane, as the 3-bit path reads them, were 2-way bank conflicted). Word w of row r
+  // lane, as the 3-bit path reads them, would be 2-way bank conflicted). Word w of row r
   // holds dims 4r + 32w … +3 → m-tiles 2w, 2w+1 (see out_dim).
   // turbo: row r takes dims 4r + 32w … +3 as well (turbo4: a u16 of qs; turbo3: a byte
   // of qs and a sign nibble; turbo2: a byte of qs).
@@ -154,11 +151,11 @@ using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTable
 // 64 bytes apart start on at most 2 bank groups (turbo2/3/4 slots at 16 heads: 4-way conflicts
 // that no token order or row-independent lane → word map avoids). There the
 // wide-LUT kernels pad each row by 16 bytes (rows 4·odd words apart: 8 distinct groups) and copy
-// a page in 16 per-token runs instead of one: 7–26% faster at 16 kv heads, 21–32% at 32.
+// a page in 16 per-token runs instead of one (21–32% faster at 32 kv heads).
 // Rows an odd multiple of 32 bytes apart (4 groups, 2-way: turbo slots at 8 heads, mse slots at
 // 16) stay unpadded: where the CTA holds every kv head the per-token copies cost more than the
-// conflicts (turbo4 at 8 heads +62%, 4bit_nc at 16 +24%), and where it holds 8 of them
-// one tensor-map box per half beats padded per-token copies (turbo3 at 40 kv heads −33%).
+// conflicts, and where it holds 8 of them one tensor-map box per half beats padded per-token
+// copies.
 template <class C, bool P>
 __host__ __device__ constexpr int ring_row_bytes(int hpc) {
   const int row = hpc * QCfg<C>::kSlot;
@@ -184,6 +181,105 @@ template <class C>
 constexpr bool tm_copies(bool planes, bool sliced, int hpc, int n_kv_heads) {
   return !planes && !sliced && hpc < n_kv_heads && hpc == 8 && tm_rows<C>(hpc);
 }
+
+// The compile-time shape of one instantiation of the quantized decode kernel (decode_kernel.cuh):
+// the format, the cache layout, how the query columns are laid out, how many kv heads a CTA
+// holds, and the choices of data layout in registers and shared memory that follow from them.
+// pick_kernel maps a launch's DecodeKernelSel to one of these.
+template <class Fmt, bool Planes, bool Packed, int Heads, QuerySlicing Slicing, bool TensorMap>
+struct KernelTraits {
+  using C = Fmt;
+  using Q = QCfg<Fmt>;
+  static constexpr int D = Q::D, kSlot = Q::kSlot;
+
+  static constexpr bool kPlanes = Planes;  // the plane layout (tq/cuda/paged.h), else vLLM's
+  // G ≤ 4: query heads 0–3 in fp16 hi in MMA columns 0–3 and their lo parts in columns 4–7 of one
+  // MMA; G > 4: hi and lo as two MMAs
+  static constexpr bool kPacked = Packed;
+  // kv heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is an
+  // immediate), or 0: DecodeArgs::hpc
+  static constexpr int kHeads = Heads;
+  static constexpr QuerySlicing kSlicing = Slicing;
+  static constexpr bool kSliced = Slicing != QuerySlicing::whole;  // columns are a slice of G > 8 (dev::query_head)
+  static constexpr int kSlices = Slicing == QuerySlicing::both ? 2 : 1;  // query slices per CTA
+  // warps per head (= 32-token sub-tiles per stage) at compile time, or 0: DecodeArgs::wph
+  static constexpr int kWarpsPerHead = Heads > 0 ? Q::kCtaWarps / (kSlices * Heads) : 0;
+  // each 16-token half of the ring is one box of the tensor map in DecodeTablesTm (tm_copies)
+  static constexpr bool kTensorMap = TensorMap;
+
+  static_assert(!TensorMap || (Heads == 8 && !Planes && Slicing == QuerySlicing::whole && tm_rows<Fmt>(8)),
+                "tensor-map boxes: 8-head kernels whose rows tm_rows accepts");
+  static_assert(!Planes || (Q::kMse && Fmt::kValueBits == 4 && Q::kSlot == Fmt::kIdxBytes + Fmt::kValueCodeBytes + 6),
+                "plane layout: mse keys, 4-bit values, no pad byte");
+  static_assert(!(Packed && Slicing == QuerySlicing::both), "two query slices have G > 8 columns");
+
+  // query fragment sets: hi + lo packed in one, or hi and lo
+  static constexpr int kQSets = Packed ? 1 : 2;
+  // G > 4, one value block, no QJL term: P' = fp16(p·scale) alone (half the value MMAs), and the
+  // weights summed into Σp and Σp·zero are the ones P' carries, p̃ = fp16(P') / scale, so the output
+  // stays a weighted mean of the values (each weight off by at most half an fp16 ulp of p·scale).
+  static constexpr bool kHiOnlyP = !Packed && !Q::kQjl && Q::kTB == 1;
+  static constexpr int kPSets = kHiOnlyP ? 1 : kQSets;  // P' fragment sets the value MMAs use
+
+  // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key and takes its
+  // pairs' LUT addresses with run_lut_addrs
+  static constexpr bool kKeyRuns = Q::kSqLut && Fmt::kKeyBits == 3 && D == 128 && !Planes;
+
+  // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
+  // the score rows). Keys: lane (r, p) reads rows r and r + 8 at word 4p …; with a row stride of
+  // 4·odd mod 32 words rows 0–7 fall in 8 distinct 4-bank groups; with a stride ≡ 2 mod 4 words
+  // (4 heads) rows r and r + 5 share banks and even tokens do not: there row r is token 2r and row
+  // r + 8 token 2r + 1 (value k-slots 2p, 2p+1, 2p+8, 2p+9 are then tokens 4p, 4p+2, 4p+1, 4p+3).
+  static constexpr bool kEvenOddRows = !Planes && Heads > 0 && (Heads * kSlot) % 16 == 8;
+  // Values: lanes (·, p) read k-slot 2p's token; with a stride ≡ 8 mod 16 words tokens 0, 2, 4, 6
+  // fall on two bank groups: there row r is token r/2 + 4·(r & 1) (k-slots 2p, 2p+1 are tokens p,
+  // p + 4). Not for 3-bit mse keys, where it measured slower.
+  static constexpr bool kSpreadRows =
+      !Planes && Heads > 0 && (Heads * kSlot) % 64 == 32 && !(Q::kMse && Fmt::kKeyBits == 3);
+  // token of row r + 8 / of k-slot 2p+1, minus that of row r / of k-slot 2p
+  static constexpr int kRow8Delta = kEvenOddRows ? 1 : 8;
+  static constexpr int kSlot1Delta = kEvenOddRows ? 2 : kSpreadRows ? 4 : 1;
+
+  // 4-bit values, vLLM layout, 8 or 16 heads per CTA, G ≤ 4, d = 128, one value block ("value
+  // pairs"): the k slots of each value MMA are (token, e) pairs and an m-tile covers 32 dims, e = 0
+  // in P' columns 0–3 (query heads 0–3) and e = 1 in columns 4–7, P' = fp16(p·scale) alone (as
+  // kHiOnlyP). Both halves of an A register are then one token's codes, masked in place from one
+  // aligned 4-byte word, and the accumulator is 16 registers instead of 32. Lane (r, p) reads the
+  // words r and r + 8 of the value codes of the tokens of k slots p and p + 4: score rows σp, σp + 1
+  // (σ = kValueRowStep = 2) or p, p + 4 (σ = 1), σ the step that puts the four slot lanes' words on
+  // disjoint 8-bank groups (row stride · σ ≡ ±8 words mod 32; 0: there is none).
+  static constexpr int kValueStrideWords = (ring_row_bytes<Fmt, Planes>(Heads > 0 ? Heads : 1) / 4) % 32;
+  static constexpr int kValueRowStep = kValueStrideWords % 16 == 8 ? 1 : kValueStrideWords % 8 == 4 ? 2 : 0;
+  static constexpr bool kValuePairs = Fmt::kValueBits == 4 && !Q::kTurbo && !Q::kQjl && Q::kTB == 1 && !Planes &&
+                                      !TensorMap && Packed && (Heads == 8 || Heads == 16) && D == 128 &&
+                                      !kEvenOddRows && !kSpreadRows &&
+                                      ring_row_bytes<Fmt, Planes>(Heads > 0 ? Heads : 1) % 4 == 0 && kValueRowStep > 0;
+  // 4-bit values, vLLM layout, 16 heads per CTA, G ≤ 4, d = 128, where kValuePairs does not apply:
+  // each lane row reads its codes as aligned 4-byte words instead of u16 (half the shared-memory
+  // wavefronts where a warp's codes are word aligned). Only where it measured faster.
+  static constexpr bool kValueWords =
+      Fmt::kValueBits == 4 && !Q::kTurbo && !Planes && Packed && Heads == 16 && D == 128 && !kValuePairs;
+  static_assert(!kValueWords || ring_row_bytes<Fmt, Planes>(Heads) % 4 == 0, "the code offset is the same in every row");
+  // Where token rows and pieces are 4-byte aligned, a warp's key slots start 0 or 2 bytes into a
+  // word in every row: the full sub-tiles then run a body compiled for that offset (no run
+  // alignment shifts, no predicated loads for the other case). Only where it measured faster
+  // (3-bit keys, 8 heads per CTA, G ≤ 4).
+  static constexpr bool kKeyOffBodies = kKeyRuns && Packed && Heads == 8 && ring_row_bytes<Fmt, Planes>(Heads) % 4 == 0;
+  static constexpr int kAccTiles = kValuePairs ? D / 32 : D / 16;  // value m-tiles (kValuePairs: 32 dims each)
+
+  // The per-warp register arrays of the kernel (turbo4-qjl's sign term arrays have extent 1 otherwise).
+  static constexpr bool kQjl = Q::kQjl;
+  using QRaw = __half2[kPacked ? 2 : 1][D / 32];  // kPacked: the query heads' elements lane + 32k as loaded, two heads each
+  using QFrags = uint32_t[kQSets][Q::kKSteps][2];                   // query fragments [hi/lo set][k-step][b0/b1]
+  using QjlFrags = uint32_t[kQjl ? kQSets : 1][kQjl ? Q::kKSteps : 1][2];  // of q″ = R q′
+  using Scores = float[Q::kTB][2][kQSets][4];                      // [turbo block][half][hi/lo set][row/column]
+  using QjlScores = float[kQjl ? Q::kTB : 1][2][kQSets][4];          // q″ · (±1)
+  using PFrags = uint32_t[Q::kTB][2][kQSets][2];                   // P' [turbo block][half][hi/lo set][b0/b1]
+  using QjlPFrags = uint32_t[kQjl ? Q::kTB : 1][2][kQSets][2];       // P″
+  using PairPFrags = uint32_t[kValuePairs ? 4 : 1][2];             // kValuePairs: the B of k-step j
+  using Acc = float[kAccTiles][4];                                 // Σ P'·codes, per value m-tile
+  using QjlAcc = float[kQjl ? D / 16 : 1][4];                       // Σ P″·(±1), rotated by R⁻¹ at the write-out
+};
 
 }  // namespace
 

@@ -336,7 +336,7 @@ __device__ __forceinline__ float rsqrt_fast(float x) {
 }
 
 // Online softmax over one 16-token sub-tile for the lane's two query columns (FP16 kernel;
-// the quantized decode's 32-token version is Softmax32 in decode_kernel.cuh).
+// the quantized decode's 32-token version is Softmax32 in decode_softmax.cuh).
 // x[0..1]: token r, x[2..3]: token r+8 (log2-domain logits, −inf = masked).
 // Returns α (rescale of the old state) per column and overwrites x with p.
 struct Softmax {

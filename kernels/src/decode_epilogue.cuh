@@ -1,0 +1,157 @@
+// The quantized decode's write-out (decode_kernel.cuh): each warp's part O = (Σ c·P' (scaled
+// back) + Σ p·zero) / Σ p, to the output row (parts == 1) or to the workspace with its
+// log-sum-exp for the merge kernel (decode.cu). Turbo formats rotate back here: the value sum
+// is linear in the codes, so the inverse rotation runs once per part, not per token.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "decode_cfg.cuh"
+#include "decode_keys.cuh"
+#include "decode_softmax.cuh"
+#include "decode_values.cuh"
+#include "tq/cuda/device.h"
+
+namespace tq::cuda {
+
+namespace {
+
+// acc, acc2: the warp's value sums; sm, zs: its softmax state and Σ p·zero partials; qbuf: its
+// staging row; s_row: the CTA's item row (shared); ws: the warp's sub-tile; kvh, g0: its kv head
+// and first query column; group(): its columns; v_s: kValueWords/kValuePairs code offset.
+template <class K, class T, class Group>
+__device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typename K::Acc& acc,
+                                            typename K::QjlAcc& acc2, const Softmax32& sm, const float (&zs)[2],
+                                            float* qbuf, const int& s_row, const Group& group, int lane, int r, int p,
+                                            int v_s, int warps_per_head, int ws, int kvh, int g0) {
+  using C = typename K::C;
+  using Q = typename K::Q;
+  constexpr int D = K::D, kAccTiles = K::kAccTiles;
+  constexpr bool kPacked = K::kPacked, kValuePairs = K::kValuePairs, kValueWords = K::kValueWords;
+  const bool hi_lane = p < 2;  // packed: this lane's columns are the hi parts
+  if constexpr (kPacked && !kValuePairs) {  // add the lo columns (lanes p + 2) to the hi columns
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] += __shfl_xor_sync(dev::kFull, acc[i][j], 2);
+    if constexpr (Q::kQjl) {
+#pragma unroll
+      for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc2[i][j] += __shfl_xor_sync(dev::kFull, acc2[i][j], 2);
+    }
+  }
+  // Workspace row of query head qh_idx; parts == 1: the out row of sequence b = item (the
+  // plan has one item per sequence then). From s_row and blockIdx.x (S2R) rather than from
+  // values kept in registers through the main loop.
+  const int row_item = s_row;
+  auto part_row = [&](int qh_idx) { return (int64_t(qh_idx) * a.items + row_item) * warps_per_head + ws; };
+  auto out_row = [&](int qh_idx) { return a.out + int64_t(blockIdx.x) * a.o_sb + int64_t(qh_idx) * a.o_sh; };
+  // per-lane partials over the lane's tokens (packed: one half; lane p ^ 2 holds the other)
+  auto total = [&](float v) {
+    if constexpr (kPacked) v += __shfl_xor_sync(dev::kFull, v, 2);
+    return dev::sum_over_token_lanes(v);
+  };
+  if constexpr (Q::kTurbo) {
+    // (no value zero: the Σ p·zero terms, read from the value qs, are dead here)
+    // acc: Σ p·norm·α·c in the rotated domain (row dims: out_dim). One query head at a
+    // time through this warp's q buffer: x̂ = s1 · H(s2 · acc) · rot_scale / (α · Σp) per
+    // block of 128, the first C::kD values (TurboCodec::decode, linear, so once per part).
+    float inv[2], lse[2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float l = total(sm.l[c]);
+      inv[c] = Softmax32::inv_sum(l);
+      lse[c] = sm.lse(c, l);
+    }
+    const float osc = t.rot_scale / t.lut_scale;
+    for (int g = 0; g < group(); ++g) {
+      const int c = g & 1;
+      // head g's column of ac / Σp → y (element lane + 32k), through qbuf, signs sg applied
+      auto gather = [&](const float (&ac)[D / 16][4], const uint32_t (&sg)[4], float (&y)[D / 32]) {
+        if (p == g >> 1) {  // packed: g < 4, the hi lanes (which now hold hi + lo)
+#pragma unroll
+          for (int i = 0; i < D / 16; ++i) {
+            qbuf[Q::out_dim(r, i)] = (c ? ac[i][1] : ac[i][0]) * inv[c];
+            qbuf[Q::out_dim(r, i) + 1] = (c ? ac[i][3] : ac[i][2]) * inv[c];
+          }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < D / 32; ++k) y[k] = (sg[k & 3] >> lane) & 1u ? -qbuf[lane + 32 * k] : qbuf[lane + 32 * k];
+        __syncwarp();
+      };
+      float y[D / 32];
+      gather(acc, t.s2, y);
+      if constexpr (Q::kQjl) {  // + α · R⁻¹(acc2 / Σp), R⁻¹ = qs1 · H(qs2 ·) / √128 per block (s2: as y)
+        float y2[D / 32];
+        gather(acc2, t.qs2, y2);
+        block_fwht<Q::kTB>(y2, lane);
+        const float ka = t.lut_scale * t.rot_scale;
+#pragma unroll
+        for (int k = 0; k < D / 32; ++k) y[k] = fmaf(((t.s2[k & 3] ^ t.qs1[k & 3]) >> lane) & 1u ? -ka : ka, y2[k], y[k]);
+      }
+      block_fwht<Q::kTB>(y, lane);
+      const float lse_g = __shfl_sync(dev::kFull, c ? lse[1] : lse[0], g >> 1);
+      const int qh_idx = dev::query_head<K::kSliced>(a, kvh, g0 + g);
+      const int64_t row = part_row(qh_idx);
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const int j = lane + 32 * k;
+        if (j >= C::kD) continue;
+        const float v = y[k] * ((t.s1[k & 3] >> lane) & 1u ? -osc : osc);
+        if (a.parts == 1)
+          out_row(qh_idx)[j] = __float2half_rn(v);
+        else
+          a.o_part[row * C::kD + j] = v;
+      }
+      if (a.parts > 1 && lane == 0) a.lse_part[row] = lse_g;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float l = total(sm.l[c]);
+      const float z = total(zs[c]);
+      // kValuePairs: every lane, head 2(p & 1) + c, columns e = p >> 1
+      const int g = kValuePairs ? 2 * (p & 1) + c : 2 * p + c;
+      if (g >= group() || (kPacked && !kValuePairs && !hi_lane)) continue;
+      const int qh_idx = dev::query_head<K::kSliced>(a, kvh, g0 + g);
+      const float inv = Softmax32::inv_sum(l);
+      // m-tile i: 4-bit values, acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20; 3-bit values,
+      // rows r / r+8 Σ c·P'·2^(k − 24) for codes 2i / 2i+1 (value_code_bit): exact scalings.
+      auto val = [&](float v, int i, bool row8) {
+        if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
+        return (v * float(1 << (24 - value_code_bit<Q::kVChunk>(2 * i + row8))) + z) * inv;
+      };
+      // output dim of acc row r of m-tile i (row r + 8: the next): kValueWords, 4 · the unit of slot w = i >> 1
+      // (2r + v_s + 16·(w >> 1) + (w & 1), mod D/4) + 2·(i & 1); else QCfg::out_dim
+      // kValuePairs: word i >> 1's nibble 2(i & 1) + 4e (e = p >> 1) of this lane's words, (64(i >> 1) + 8r + 4v_s
+      // + 2(i & 1) + 4e) mod 128
+      auto vdim = [&](int i) {
+        if constexpr (kValuePairs) return (64 * (i >> 1) + 8 * r + 4 * v_s + 2 * (i & 1) + 4 * (p >> 1)) & (D - 1);
+        if constexpr (kValueWords) return 4 * ((2 * r + v_s + 16 * (i >> 2) + ((i >> 1) & 1)) & (D / 4 - 1)) + 2 * (i & 1);
+        return Q::out_dim(r, i);
+      };
+      if (a.parts == 1) {
+        __half* o = out_row(qh_idx);
+#pragma unroll
+        for (int i = 0; i < kAccTiles; ++i)
+          *reinterpret_cast<__half2*>(o + vdim(i)) =
+              __floats2half2_rn(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
+      } else {
+        const int64_t row = part_row(qh_idx);
+        float* o = a.o_part + row * D;
+#pragma unroll
+        for (int i = 0; i < kAccTiles; ++i)
+          *reinterpret_cast<float2*>(o + vdim(i)) =
+              make_float2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
+        if (r == 0 && (!kValuePairs || p < 2)) a.lse_part[row] = sm.lse(c, l);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+}  // namespace tq::cuda
