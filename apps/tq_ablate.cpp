@@ -18,16 +18,15 @@
 
 namespace {
 
-// experiments/plot_ablation.py: $TQ_PLOT_SCRIPT, else beside the build or
-// install tree (<executable dir>/../experiments), else in the source tree.
+// experiments/plot_ablation.py: $TQ_PLOT_SCRIPT, else beside the build tree
+// (<executable dir>/../experiments: build/ sits in the repository root).
+// Empty when neither exists: the report then has no plots.
 std::string plot_script() {
   if (const char* env = std::getenv("TQ_PLOT_SCRIPT"); env && *env) return env;
   const std::string dir = tq::executable_dir();
-  if (!dir.empty()) {
-    const std::string beside = dir + "/../experiments/plot_ablation.py";
-    if (::access(beside.c_str(), R_OK) == 0) return beside;
-  }
-  return std::string(TQ_SOURCE_DIR) + "/experiments/plot_ablation.py";
+  if (dir.empty()) return "";
+  const std::string beside = dir + "/../experiments/plot_ablation.py";
+  return ::access(beside.c_str(), R_OK) == 0 ? beside : "";
 }
 
 std::string shell_quote(const std::string& s) {
@@ -39,7 +38,12 @@ std::string shell_quote(const std::string& s) {
 // Runs the plot script on dir; returns the PNG names it wrote (empty, with a
 // note on stderr, when python3/matplotlib are missing).
 std::vector<std::string> draw_plots(const std::string& dir) {
-  const std::string cmd = "python3 " + shell_quote(plot_script()) + " " + shell_quote(dir) + " 2>&1";
+  const std::string script = plot_script();
+  if (script.empty()) {
+    std::fprintf(stderr, "tq-ablate: plots skipped (experiments/plot_ablation.py not found beside the executable; set TQ_PLOT_SCRIPT)\n");
+    return {};
+  }
+  const std::string cmd = "python3 " + shell_quote(script) + " " + shell_quote(dir) + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::vector<std::string> out;
   std::string log;
