@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tq/app.h"
+#include "common/app.h"
 #include "tq/attention.h"
 #include "tq/error.h"
 #include "tq/format.h"

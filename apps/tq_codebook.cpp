@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tq/app.h"
+#include "common/app.h"
 #include "tq/codebook.h"
 #include "tq/codebook_io.h"
 #include "tq/error.h"

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tq/app.h"
+#include "common/app.h"
 #include "tq/error.h"
 #include "tq/json.h"
 #include "tq/kv_dump.h"

@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "tq/app.h"
+#include "common/app.h"
 #include "tq/error.h"
 #include "tq/format.h"
 #include "tq/json.h"

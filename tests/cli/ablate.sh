@@ -45,6 +45,16 @@ python3 -c "import matplotlib" 2>/dev/null && { [ -f "$TMP/abl/error_vs_bits.png
 run "$A" --list-formats --head-dim 256 --json
 expect_rc 0; expect_json
 
+# The plot script: $TQ_PLOT_SCRIPT first; a missing one means no plots, one note, exit 0.
+TQ_PLOT_SCRIPT=/nonexistent/plot_ablation.py run "$A" --dump "$TMP/kv.h5" --format q8_0 --out "$TMP/abl2"
+expect_rc 0; expect_err "plots skipped"; expect_out "(no plots)"
+
+# --verbose: the same message, then where it was raised.
+run "$A" --dump "$TMP/kv.h5" --format k=mse9 --out "$TMP/bad_out" --verbose
+expect_rc 2; expect_err "^tq-ablate: error: format 'k=mse9'"; expect_err "^tq-ablate: error raised at .*registry.cpp:[0-9]"
+[ "$(wc -l <"$TMP/err")" -eq 2 ] || fail "--verbose: expected two lines on stderr, got: $(cat "$TMP/err")"
+rm -rf "$TMP/bad_out"
+
 # Bad input: one message, exit 2, nothing written.
 python3 - "$TMP/bad.h5" <<'PY' 2>/dev/null && HAVE_H5PY=1 || HAVE_H5PY=0
 import sys, h5py

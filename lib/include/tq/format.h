@@ -21,6 +21,7 @@
 
 #include "tq/codec.h"
 #include "tq/json.h"
+#include "tq/scalar_codebook.h"
 
 namespace tq {
 
@@ -43,6 +44,16 @@ struct KvFormat {
 // Builds a format for a head_dim; throws tq::Error naming the format and the
 // reason when the name is unknown or the head_dim is unsupported.
 KvFormat make_format(const std::string& name, int head_dim);
+
+// What a caller supplies in place of spec options.
+struct FormatOverrides {
+  // When set, gives the codebook of every mse/prod codec (called with head_dim
+  // and the codec's scalar bits) instead of the spec's cb= option, whose value
+  // is then only a label: e.g. "k=mse3+nc,cb=empirical" with a table fitted in
+  // memory (empirical_codebooks in tq/scalar_codebook.h).
+  CodebookSource codebook;
+};
+KvFormat make_format(const std::string& name, int head_dim, const FormatOverrides& overrides);
 
 struct FormatEntry {
   const char* name;

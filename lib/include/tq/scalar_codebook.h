@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,5 +48,14 @@ class ScalarCodebook {
 // Codebooks by name for `cb=`: gauss | sphere | vllm | uniform | empirical:FILE,
 // solved once per (name, d, bits) and cached (thread-safe).
 std::shared_ptr<const ScalarCodebook> get_scalar_codebook(const std::string& name, int d, int bits);
+
+// A codebook for (d, bits), as a format's codecs ask for one (FormatOverrides).
+using CodebookSource = std::function<std::shared_ptr<const ScalarCodebook>(int d, int bits)>;
+
+// Codebooks Lloyd-fitted to samples of rotated coordinates (lloyd_max_empirical,
+// as `cb=empirical:FILE` does with the file's numbers), solved on first use per
+// (d, bits) and kept by the returned source (thread-safe). `source` names the
+// tables (ScalarCodebook::source()).
+CodebookSource empirical_codebooks(std::vector<double> samples, std::string source);
 
 }  // namespace tq

@@ -1,5 +1,5 @@
 // tq-ablate's built-in studies and helpers: which formats a study runs, the
-// empirical-codebook fit, layer lists, plots.
+// empirical-codebook fit, dump labels.
 //
 //   presets   every registered format (what --format all means)
 //   qjl       keys only, equal bits: mse<b> vs prod<b>, b = 2, 3, 4
@@ -25,7 +25,9 @@ struct StudyFormat {
   std::string spec;    // what make_format gets (for empirical: see below)
   std::string study;
   int64_t eval_from = 0;
-  bool needs_empirical_fit = false;  // spec contains the placeholder cb=@FIT
+  // spec says cb=empirical: built with the fitted table as the codebook
+  // (FormatOverrides::codebook, from fit_empirical_samples)
+  bool needs_empirical_fit = false;
 };
 
 std::vector<StudyFormat> plan_formats(const std::vector<std::string>& formats, const std::vector<std::string>& studies,
@@ -34,15 +36,13 @@ std::string study_spec_with_codebook(const StudyFormat& f, const std::string& cb
 
 // Rotated coordinates y = R(k/‖k‖) (R = rot=auto) of the keys of tokens
 // [0, n_first) over the given layers and every KV head, at most 1M values
-// (evenly strided), written one per line to path.
-void fit_empirical_samples(const KvDump& dump, const std::vector<int>& layers, int64_t n_first, const std::string& path);
+// (evenly strided), each rounded to 9 significant decimal digits (the
+// precision of a sample file for cb=empirical:FILE, so that a fit on these
+// samples and one on such a file written from them agree exactly).
+std::vector<double> fit_empirical_samples(const KvDump& dump, const std::vector<int>& layers, int64_t n_first);
 
 // Short label for a dump in tables: the file stem (tq-ablate makes clashing
 // labels unique by appending the dump's index).
 std::string dump_label(const std::string& path, size_t index);
-
-// Runs experiments/plot_ablation.py on dir; returns the PNG names it wrote
-// (empty, with a note on stderr, when python3/matplotlib are missing).
-std::vector<std::string> draw_ablation_plots(const std::string& dir);
 
 }  // namespace tq

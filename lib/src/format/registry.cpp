@@ -86,8 +86,11 @@ int parse_bits(const std::string& codec, size_t prefix_len) {
   return b[0] - '0';
 }
 
-CodecPtr make_codec(const std::string& codec, bool is_key, int d, const Options& o) {
+CodecPtr make_codec(const std::string& codec, bool is_key, int d, const Options& o, const FormatOverrides& over) {
   auto starts = [&](const char* p) { return codec.rfind(p, 0) == 0; };
+  auto codebook = [&](int bits) {
+    return over.codebook ? over.codebook(d, bits) : get_scalar_codebook(o.get("cb", "gauss"), d, bits);
+  };
   if (codec == "f16") return std::make_shared<PlainCodec>(PlainKind::f16, d);
   if (codec == "f32") return std::make_shared<PlainCodec>(PlainKind::f32, d);
   if (codec == "fp8") return std::make_shared<PlainCodec>(PlainKind::fp8_e4m3, d);
@@ -113,12 +116,12 @@ CodecPtr make_codec(const std::string& codec, bool is_key, int d, const Options&
     else if (base.size() > 5 && base.compare(base.size() - 5, 5, "+fold") == 0) { norm = NormMode::fold; base.resize(base.size() - 5); }
     const int b = parse_bits(base, 3);
     std::shared_ptr<const Rotation> rot = make_rotation(o.get("rot", "auto"), d);
-    return std::make_shared<MseCodec>(b, d, rot, get_scalar_codebook(o.get("cb", "gauss"), d, b), norm, codec);
+    return std::make_shared<MseCodec>(b, d, rot, codebook(b), norm, codec);
   }
   if (starts("prod")) {
     const int b = parse_bits(codec, 4);
     std::shared_ptr<const Rotation> rot = make_rotation(o.get("rot", "auto"), d);
-    auto cb = b > 1 ? get_scalar_codebook(o.get("cb", "gauss"), d, b - 1) : nullptr;
+    auto cb = b > 1 ? codebook(b - 1) : nullptr;
     auto qjl = std::make_shared<const QjlProjection>(o.get("qjl", "gauss:1"), d);
     return std::make_shared<ProdCodec>(b, d, rot, cb, qjl, codec);
   }
@@ -154,7 +157,9 @@ void KvFormat::decode_slots(const uint8_t* slots, int64_t n, float* k, float* v)
   }
 }
 
-KvFormat make_format(const std::string& name, int head_dim) {
+KvFormat make_format(const std::string& name, int head_dim) { return make_format(name, head_dim, FormatOverrides{}); }
+
+KvFormat make_format(const std::string& name, int head_dim, const FormatOverrides& overrides) {
   TQ_CHECK(!name.empty(), "empty format name");
   TQ_CHECK(head_dim >= 1 && head_dim <= 4096, "format '{}': head_dim {} out of range", name, head_dim);
   Options o;
@@ -181,10 +186,10 @@ KvFormat make_format(const std::string& name, int head_dim) {
   TQ_CHECK(layout == "plain" || layout == "vllm", "format '{}': layout '{}' unknown (plain or vllm)", name, layout);
   f.vllm_slot = layout == "vllm";
   try {
-    f.key = make_codec(o.get("k", "f16"), true, head_dim, o);
-    f.value = make_codec(o.get("v", "f16"), false, head_dim, o);
+    f.key = make_codec(o.get("k", "f16"), true, head_dim, o, overrides);
+    f.value = make_codec(o.get("v", "f16"), false, head_dim, o, overrides);
   } catch (const Error& e) {
-    TQ_THROW("format '{}' at head_dim {}: {}", name, head_dim, e.what());
+    throw Error(fmt::format("format '{}' at head_dim {}: {}", name, head_dim, e.what()), e.location());
   }
   return f;
 }

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -72,15 +70,15 @@ std::string study_spec_with_codebook(const StudyFormat& f, const std::string& cb
   return s;
 }
 
-void fit_empirical_samples(const KvDump& dump, const std::vector<int>& layers, int64_t n_first, const std::string& path) {
+std::vector<double> fit_empirical_samples(const KvDump& dump, const std::vector<int>& layers, int64_t n_first) {
   const auto& h = dump.header();
   const int d = h.head_dim;
   const auto rot = make_rotation("auto", d);
   const int64_t rows = int64_t(layers.size()) * h.n_kv_heads * n_first;
   const int64_t stride = std::max<int64_t>(1, rows * d / 1000000);
-  std::ofstream out(path);
-  TQ_CHECK(out.good(), "cannot write {}", path);
+  std::vector<double> out;
   std::vector<float> y(static_cast<size_t>(d));
+  char text[32];
   int64_t r = 0;
   for (int l : layers) {
     const KvDumpLayer data = dump.read_layer(l);
@@ -94,11 +92,13 @@ void fit_empirical_samples(const KvDump& dump, const std::vector<int>& layers, i
         const float inv = float(1.0 / std::sqrt(n2));
         for (int j = 0; j < d; ++j) y[size_t(j)] = k[j] * inv;
         rot->apply(y.data());
-        for (int j = 0; j < d; ++j) out << fmt::format("{:.9g}\n", y[size_t(j)]);
+        for (int j = 0; j < d; ++j) {
+          *fmt::format_to_n(text, sizeof text - 1, "{:.9g}", y[size_t(j)]).out = '\0';
+          out.push_back(std::strtod(text, nullptr));
+        }
       }
   }
-  out.close();
-  TQ_CHECK(out.good(), "cannot write {}", path);
+  return out;
 }
 
 std::string dump_label(const std::string& path, size_t index) {
@@ -109,28 +109,6 @@ std::string dump_label(const std::string& path, size_t index) {
     if (c == ',' || c == '"' || c == ' ') c = '_';
   (void)index;
   return stem;
-}
-
-std::vector<std::string> draw_ablation_plots(const std::string& dir) {
-  const std::string script = std::string(TQ_SOURCE_DIR) + "/experiments/plot_ablation.py";
-  const std::string cmd = fmt::format("python3 '{}' '{}' 2>&1", script, dir);
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::vector<std::string> out;
-  std::string log;
-  if (!p) return out;
-  char line[1024];
-  while (std::fgets(line, sizeof line, p)) {
-    std::string s(line);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    log += s + "\n";
-    if (s.size() > 4 && s.compare(s.size() - 4, 4, ".png") == 0 && s.find(' ') == std::string::npos) out.push_back(s);
-  }
-  const int rc = ::pclose(p);
-  if (rc != 0) {
-    std::fprintf(stderr, "tq-ablate: plots skipped (python3 with matplotlib needed; run scripts/setup.sh):\n%s", log.c_str());
-    out.clear();
-  }
-  return out;
 }
 
 }  // namespace tq

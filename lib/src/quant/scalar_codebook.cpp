@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 #include <mutex>
 #include <tuple>
 
@@ -83,6 +84,15 @@ void ScalarCodebook::index(const float* y, int n, uint8_t* idx) const {
   for (int j = 0; j < n; ++j) idx[j] = index(y[j]);
 }
 
+namespace {
+// The quantizers' float32 table of a solved codebook.
+std::shared_ptr<const ScalarCodebook> to_scalar_codebook(const std::string& source, const Codebook& cb) {
+  std::vector<float> c(cb.centroids.size());
+  for (size_t i = 0; i < c.size(); ++i) c[i] = float(cb.centroids[i]);
+  return std::make_shared<const ScalarCodebook>(source, std::move(c));
+}
+}  // namespace
+
 std::shared_ptr<const ScalarCodebook> get_scalar_codebook(const std::string& name, int d, int bits) {
   static std::mutex mu;
   static std::map<std::tuple<std::string, int, int>, std::shared_ptr<const ScalarCodebook>> cache;
@@ -90,12 +100,27 @@ std::shared_ptr<const ScalarCodebook> get_scalar_codebook(const std::string& nam
   auto key = std::make_tuple(name, d, bits);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const Codebook cb = solve_codebook(name, d, bits);
-  std::vector<float> c(cb.centroids.size());
-  for (size_t i = 0; i < c.size(); ++i) c[i] = float(cb.centroids[i]);
-  auto sc = std::make_shared<const ScalarCodebook>(name, std::move(c));
+  auto sc = to_scalar_codebook(name, solve_codebook(name, d, bits));
   cache.emplace(key, sc);
   return sc;
+}
+
+CodebookSource empirical_codebooks(std::vector<double> samples, std::string source) {
+  struct State {
+    std::mutex mu;
+    std::vector<double> samples;
+    std::string source;
+    std::map<std::pair<int, int>, std::shared_ptr<const ScalarCodebook>> cache;
+  };
+  auto st = std::make_shared<State>();
+  st->samples = std::move(samples);
+  st->source = std::move(source);
+  return [st](int d, int bits) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    auto& sc = st->cache[{d, bits}];
+    if (!sc) sc = to_scalar_codebook(st->source, lloyd_max_empirical(st->samples, d, bits));
+    return sc;
+  };
 }
 
 }  // namespace tq

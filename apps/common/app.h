@@ -1,5 +1,6 @@
-// Shared plumbing for the command-line tools: error → exit code mapping,
-// outputs that appear only when complete, and a terminal progress bar.
+// Shared plumbing for the command-line tools (the tq_app library, apps/ only):
+// error → exit code mapping, outputs that appear only when complete, a
+// terminal progress bar, where the running executable lives.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,13 @@ namespace tq {
 // 1 anything unexpected. Messages go to stderr as "<tool>: error: <what>".
 constexpr int kExitBadInput = 2;
 
-// Parses argv with CLI11 and runs body; maps exceptions to exit codes.
+// Adds --verbose to app, parses argv with CLI11 and runs body; maps exceptions
+// to exit codes. With --verbose, a tq::Error is followed by a second line
+// "<tool>: error raised at <file>:<line>" (tq::Error::where()).
 int run_tool(const char* tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// The directory of the running executable (/proc/self/exe), or "" when unknown.
+std::string executable_dir();
 
 // An output file that is written under a temporary name beside the target and
 // renamed into place by commit(). If the object dies uncommitted (error,
@@ -35,6 +41,10 @@ class AtomicOutput {
   std::string path_, temp_;
   bool committed_ = false;
 };
+
+// Writes text to path through an AtomicOutput; tq::Error "cannot write <path>"
+// when it cannot.
+void write_output(const std::string& path, const std::string& text);
 
 // A progress bar on stderr, drawn only when stderr is a terminal.
 class Progress {

@@ -1,4 +1,4 @@
-#include "tq/app.h"
+#include "common/app.h"
 
 #include <unistd.h>
 
@@ -6,8 +6,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
-#include <set>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -16,6 +17,11 @@
 namespace tq {
 
 int run_tool(const char* tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  bool verbose = false;
+  app.add_flag("--verbose", verbose, "on an error, also print where in the source it was raised");
+  // Also after a subcommand (tq-codebook solve … --verbose): options a subcommand
+  // does not know go on to the parent, whose only other option is --help.
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) sub->fallthrough();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -33,12 +39,22 @@ int run_tool(const char* tool, CLI::App& app, int argc, char** argv, const std::
   } catch (const Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    if (verbose) std::fprintf(stderr, "%s: error raised at %s\n", tool, e.where().c_str());
     return kExitBadInput;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: internal error: %s\n", tool, e.what());
     return 1;
   }
+}
+
+std::string executable_dir() {
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size());
+  if (n <= 0 || size_t(n) >= buf.size()) return "";
+  const std::string exe(buf.data(), size_t(n));
+  const auto slash = exe.find_last_of('/');
+  return slash == std::string::npos ? "" : exe.substr(0, slash);
 }
 
 // ---- AtomicOutput --------------------------------------------------------
@@ -93,6 +109,15 @@ AtomicOutput::~AtomicOutput() {
 void AtomicOutput::commit() {
   TQ_CHECK(std::rename(temp_.c_str(), path_.c_str()) == 0, "cannot move '{}' into place as '{}'", temp_, path_);
   committed_ = true;
+}
+
+void write_output(const std::string& path, const std::string& text) {
+  AtomicOutput out(path);
+  std::ofstream f(out.temp_path());
+  f << text;
+  f.close();
+  TQ_CHECK(f.good(), "cannot write {}", out.path());
+  out.commit();
 }
 
 // ---- Progress ---------------------------------------------------------------
