@@ -13,7 +13,8 @@
 #                 every vLLM preset, turbo format, q8_0 and q4_0
 #   ppl512-skip   the same with the first and last two layers kept at fp16
 #   ppl512-0.5b   both of the above on the 0.5B model
-#   ppl512-ck     tq-eval, 1.5B, n_ctx 512: kivi4, kivi2, and the formats with
+#   ppl512-kivi   tq-eval, 1.5B, n_ctx 512: kivi4, kivi2 (per-channel keys)
+#   ppl512-ck     tq-eval, 1.5B, n_ctx 512: the formats with
 #                 --center-keys (each head's keys minus their chunk mean; a
 #                 non-causal diagnostic of Qwen2's K-bias channels)
 #   dump          tq-dump, 1.5B, 2048 tokens of Part I (out/qwen15_2048.h5)
@@ -77,8 +78,10 @@ step_ppl512_05() {
   # shellcheck disable=SC2086
   run ppl512-0.5b-skip build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --skip-layers first2,last2 --format $FORMATS512
 }
-step_ppl512_ck() {
+step_ppl512_kivi() {
   run ppl512-kivi build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --format kivi4 kivi2
+}
+step_ppl512_ck() {
   run ppl512-ck build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --center-keys --format q8_0 q4_0 \
     turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turbo4 turbo3
 }
@@ -107,13 +110,14 @@ step_passkey() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey long ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey long ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512-f16) step_ppl512_f16 ;;
     ppl512) step_ppl512 ;;
     ppl512-skip) step_ppl512_skip ;;
     ppl512-0.5b) step_ppl512_05 ;;
+    ppl512-kivi) step_ppl512_kivi ;;
     ppl512-ck) step_ppl512_ck ;;
     dump) step_dump ;;
     ablate) step_ablate ;;
