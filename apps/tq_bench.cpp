@@ -51,6 +51,7 @@ struct Args {
   const tq::ModelShape* shape = nullptr;  // its entry (set from --model): the shape and the canonical name
   bool list_models = false;
   bool simulate_lut = false;  // --check-dump: simulate the decode's key LUT instead of running the kernels
+  std::vector<int> q_lens;    // --q-len: multi-query decodes (q_len > 1) instead of the per-format table
 };
 
 int64_t total_tokens(const Args& a) {
@@ -245,6 +246,8 @@ int run_cpu(const Args& a) {
 }
 
 #ifdef TQ_HAVE_CUDA
+int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda::BenchOptions& o);
+
 int run_gpu(const Args& a) {
   const auto names = tq::expand_format_names(a.formats);
   const auto mem = model_memory(a, names);
@@ -264,6 +267,7 @@ int run_gpu(const Args& a) {
   o.reps = a.reps;
   o.warmup = a.warmup;
   TQ_CHECK(o.reps >= 20, "--reps {} must be ≥ 20 (the median of at least 20 launches is reported)", o.reps);
+  if (!a.q_lens.empty()) return run_multi_query(a, s, o);
   const auto dev = tq::cuda::device_info(0);
   const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
   const auto base = tq::cuda::bench_decode_f16(s, o);
@@ -416,6 +420,59 @@ int run_gpu(const Args& a) {
                 static_cast<long long>(store_tokens), deq_note.c_str(), a.reps, table.text().c_str());
     for (const auto& why : no_decode) std::printf("decode not timed: %s\n", why.c_str());
     print_model_memory(a, mem);
+  }
+  return 0;
+}
+#endif
+
+#ifdef TQ_HAVE_CUDA
+// --q-len: the fused multi-query decode against one single-query decode and q_len of them in a row,
+// all timed in this call on the same cache copies.
+int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda::BenchOptions& o) {
+  const auto dev = tq::cuda::device_info(0);
+  const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
+  tq::Json rows = tq::Json::array();
+  tq::Table table({"format", "q_len", "fused_ms", "%copy", "q_len1_ms", "fused/q_len1", "separate_ms", "separate/fused",
+                   "passes"});
+  for (const auto& name : tq::expand_format_names(a.formats)) {
+    if (name == "f16") continue;
+    const tq::KvFormat f = tq::make_format(name, a.head_dim);
+    for (const int q_len : a.q_lens) {
+      const auto m = tq::cuda::bench_multi_query(f, s, q_len, o);
+      tq::Json j = tq::Json::object();
+      j.set("format", name);
+      j.set("mode", "gpu-multi-query");
+      j.set("device", dev.name);
+      j.set("batch", a.batch);
+      j.set("q_heads", a.q_heads);
+      j.set("kv_heads", a.kv_heads);
+      j.set("head_dim", a.head_dim);
+      j.set("ctx", a.ctx);
+      j.set("q_len", q_len);
+      j.set("fused_ms", m.fused.median_ms);
+      j.set("single_ms", m.single.median_ms);
+      j.set("separate_ms", m.separate.median_ms);
+      j.set("fused_over_single", m.fused.median_ms / m.single.median_ms);
+      j.set("separate_over_fused", m.separate.median_ms / m.fused.median_ms);
+      j.set("pct_copy", 100 * m.gbps / copy.gbps);
+      j.set("query_passes", m.plan.query_passes);  // launches over the cache (16 or 8 columns each)
+      j.set("num_splits", m.plan.num_splits);
+      j.set("copy_gbps", copy.gbps);
+      j.set("reps", m.fused.reps);
+      rows.push(std::move(j));
+      table.add({name, std::to_string(q_len), fmt::format("{:.4f}", m.fused.median_ms),
+                 fmt::format("{:.1f}", 100 * m.gbps / copy.gbps), fmt::format("{:.4f}", m.single.median_ms),
+                 fmt::format("{:.2f}", m.fused.median_ms / m.single.median_ms), fmt::format("{:.4f}", m.separate.median_ms),
+                 fmt::format("{:.2f}", m.separate.median_ms / m.fused.median_ms), std::to_string(m.plan.query_passes)});
+    }
+  }
+  if (a.json) {
+    std::printf("%s\n", rows.dump(2).c_str());
+  } else {
+    std::printf("tq-bench multi-query on %s (%d SMs): %s; device copy %.0f GB/s; medians of %d launches\n"
+                "fused: one decode of q_len queries per sequence (causal within the chunk); q_len1: one query; "
+                "separate: q_len single-query decodes in a row\n%s",
+                dev.name.c_str(), dev.sm_count, shape_text(a).c_str(), copy.gbps, a.reps, table.text().c_str());
   }
   return 0;
 }
@@ -672,6 +729,12 @@ int main(int argc, char** argv) {
                  "--check-dump: query positions decoded per layer (evenly spread, the last token included)")
       ->needs(check_opt)
       ->capture_default_str();
+  app.add_option("--q-len", a.q_lens,
+                 "multi-query: time the fused decode of N query tokens per sequence (2 … 128, a list: 4,16) against "
+                 "one single-query decode and N of them in a row, instead of the per-format table")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 128))
+      ->excludes(check_opt);
   auto* format_opt = app.get_option("--format");
   return tq::run_tool("tq-bench", app, argc, argv, [&]() -> int {
     if (!a.seq_lens_spec.empty()) {

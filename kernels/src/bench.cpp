@@ -122,15 +122,18 @@ struct DecodeSetup {
   DecodeParams p;
 };
 
-// Queries, output and parameters of a decode over the given block tables.
-DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks) {
+// Queries, output and parameters of a decode over the given block tables (q_len query tokens per
+// sequence, [batch, q_len, n_q_heads, head_dim]).
+DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks, int q_len = 1) {
   DecodeSetup d;
-  const size_t qn = size_t(s.batch) * s.n_q_heads * s.head_dim;
+  const size_t qn = size_t(s.batch) * size_t(q_len) * s.n_q_heads * s.head_dim;
   d.q = std::make_unique<Buf>(qn * 2);
   d.out = std::make_unique<Buf>(qn * 2);
   fill_random_f16(d.q->p, qn, 7, 0.f, 1.f);
   d.p.query = d.q->p;
-  d.p.q_stride_batch = d.p.o_stride_batch = int64_t(s.n_q_heads) * s.head_dim;
+  d.p.q_len = q_len;
+  d.p.q_stride_token = d.p.o_stride_token = q_len > 1 ? int64_t(s.n_q_heads) * s.head_dim : 0;
+  d.p.q_stride_batch = d.p.o_stride_batch = int64_t(q_len) * s.n_q_heads * s.head_dim;
   d.p.q_stride_head = d.p.o_stride_head = s.head_dim;
   d.p.out = d.out->p;
   d.p.n_q_heads = s.n_q_heads;
@@ -237,6 +240,31 @@ DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOpti
   r.t = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), d.p, r.plan, d.ws->p); });
   r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
+  return r;
+}
+
+MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_len, const BenchOptions& o) {
+  check_shape(s);
+  TQ_CHECK(q_len >= 2 && q_len <= kMaxQueryLen, "tq-bench: --q-len {} must be 2 … {}", q_len, kMaxQueryLen);
+  const KernelFormat kf = kernel_format(f);
+  const Caches caches = filled_caches(kf, s);
+  MultiQueryBench r;
+  r.q_len = q_len;
+  r.copies = caches.copies;
+  DecodeSetup one = decode_setup(s, caches.tables.blocks), many = decode_setup(s, caches.tables.blocks, q_len);
+  const DecodePlan p1 = plan_decode(kf, caches.cache, one.p);
+  r.plan = plan_decode(kf, caches.cache, many.p);
+  one.ws = std::make_unique<Buf>(p1.workspace_bytes);
+  many.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
+  r.single = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), one.p, p1, one.ws->p); });
+  r.fused = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), many.p, r.plan, many.ws->p); });
+  // q_len single-query decodes, each over the whole sequence (query j needs len − q_len + 1 + j positions:
+  // at most q_len − 1 tokens fewer), each on the next cache copy
+  r.separate = time_launches(o, [&](int i) {
+    for (int j = 0; j < q_len; ++j) paged_decode(kf, caches.view(i * q_len + j), one.p, p1, one.ws->p);
+  });
+  r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
+  r.gbps = double(r.kv_bytes) / (r.fused.median_ms * 1e6);
   return r;
 }
 

@@ -3,6 +3,7 @@
 // are in decode_kernel.cuh, instantiated per format in decode_<format>.cu.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "decode_cfg.cuh"
 #include "tq/cuda/decode.h"
@@ -361,12 +362,89 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   return n_kv_heads % 8 == 0 ? 8 : 0;
 }
 
-DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
-  const std::string why = decode_can_implement(f, cache, p);
+// ---- Multi-query decode (DecodeParams::q_len > 1) ----
+// The q_len · G query rows of a kv head become the columns of one launch ("virtual query heads",
+// column c = j·G + g: query j, head g of the group), so the kernel's GQA machinery reads each page
+// once for all of them; the causal kernels (MultiQuery) mask each column at its own limit. The
+// queries are first gathered into column order [batch, n_kv_heads · q_len · G, head_dim] and the
+// outputs scattered back (two small kernels: 2 · q_len · n_q_heads · head_dim · 2 bytes per
+// sequence each way, against the cache's megabytes).
+struct MqLayout {
+  size_t rows = 0, piece = 0;  // virtual query rows; bytes of each of the two buffers (256-aligned)
+  MqLayout(const DecodeParams& p, int head_dim)
+      : rows(size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(p.q_len)),
+        piece((rows * size_t(head_dim) * 2 + 255) / 256 * 256) {}
+  size_t bytes() const { return 2 * piece; }
+};
+
+// Columns of a multi-query launch set: both slices per CTA (16 columns per launch, the cache read
+// ⌈cols / 16⌉ times) where the CTA has the warps for a second slice and every launch gets more
+// than 8 columns; else launches of ≤ 8 columns.
+struct ColumnChunks {
+  bool dual = false;
+  int n = 1, base = 0, rem = 0;  // n launches: the first rem of base + 1 columns, the rest of base
+  ColumnChunks(int cols, int hpc, int cta_warps) {
+    const int n16 = (cols + 2 * kQueryCols - 1) / (2 * kQueryCols);
+    dual = cols > kQueryCols && 2 * hpc <= cta_warps && cols / n16 > kQueryCols;
+    n = dual ? n16 : (cols + kQueryCols - 1) / kQueryCols;
+    base = dual ? cols / n : kQueryCols;
+    rem = dual ? cols % n : 0;
+  }
+  template <class Fn>
+  void for_each(int cols, Fn&& fn) const {  // fn(first column, columns)
+    for (int i = 0, c0 = 0; i < n; ++i) {
+      const int w = std::min(cols - c0, base + (i < rem ? 1 : 0));
+      fn(c0, w);
+      c0 += w;
+    }
+  }
+};
+
+// dir 0: queries → column order; dir 1: column-order outputs → out. Thread x of row (b, j, h): the
+// element pairs x, x + blockDim.x, … of that row.
+__global__ void mq_reorder_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int dir, int q_len,
+                                  int n_q_heads, int group, int head_dim, int64_t s_b, int64_t s_t, int64_t s_h) {
+  const int row = blockIdx.x, h = row % n_q_heads, j = row / n_q_heads % q_len, b = row / (n_q_heads * q_len);
+  const int kvh = h / group, g = h % group;
+  const int64_t vrow = int64_t(b) * n_q_heads * q_len + int64_t(kvh) * q_len * group + int64_t(j) * group + g;
+  const int64_t user = int64_t(b) * s_b + int64_t(j) * s_t + int64_t(h) * s_h;
+  const int64_t from = dir == 0 ? user : vrow * head_dim, to = dir == 0 ? vrow * head_dim : user;
+  for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x))
+    *reinterpret_cast<__half2*>(dst + to + x) = *reinterpret_cast<const __half2*>(src + from + x);
+}
+void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& p, int n_kv_heads, int head_dim,
+                       int64_t s_b, int64_t s_t, int64_t s_h, cudaStream_t stream) {
+  const unsigned rows = unsigned(int64_t(p.blocks.batch) * p.q_len * p.n_q_heads);
+  mq_reorder_kernel<<<rows, unsigned(head_dim / 2), 0, stream>>>(static_cast<const __half*>(src), static_cast<__half*>(dst),
+                                                                 dir, p.q_len, p.n_q_heads, p.n_q_heads / n_kv_heads,
+                                                                 head_dim, s_b, s_t, s_h);
+  TQ_CUDA_CHECK(cudaGetLastError());
+}
+
+// The single-query problem a multi-query decode runs: q_len · n_q_heads query heads in column order
+// in the workspace (mq: its first bytes).
+DecodeParams virtual_params(const DecodeParams& p, int head_dim, uint8_t* mq) {
+  DecodeParams v = p;
+  if (p.q_len <= 1) return v;
+  const MqLayout l(p, head_dim);
+  v.n_q_heads = p.n_q_heads * p.q_len;
+  v.q_len = 1;
+  v.query = mq;
+  v.out = mq ? mq + l.piece : nullptr;
+  v.q_stride_batch = v.o_stride_batch = int64_t(v.n_q_heads) * head_dim;
+  v.q_stride_head = v.o_stride_head = head_dim;
+  v.q_stride_token = v.o_stride_token = 0;
+  return v;
+}
+
+DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, int sm_count) {
+  const std::string why = decode_can_implement(f, cache, p_in);
   if (!why.empty()) throw_error(why.c_str());
   if (sm_count <= 0) sm_count = decode_device_sms();
+  const bool multi = p_in.q_len > 1;
+  const DecodeParams p = virtual_params(p_in, f.head_dim, nullptr);
   const int group = p.n_q_heads / cache.n_kv_heads, heads = decode_heads_per_cta(f, cache.n_kv_heads);
-  const bool planes = cache.layout == CacheLayout::planes, sliced = sliced_launches(group);
+  const bool planes = cache.layout == CacheLayout::planes, sliced = multi || sliced_launches(group);
   // dual: both query slices of 8 < G ≤ 16 in one launch (query_slices); the ring then holds half
   // the sub-tiles per stage (warps_per_head is per slice)
   auto plan_for = [&](bool dual) {
@@ -395,25 +473,44 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
       const QuerySlicing slicing = dual ? QuerySlicing::both : sliced ? QuerySlicing::one : QuerySlicing::whole;
       const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols), plan.heads_per_cta,
-                                plan.warps_per_head, slicing, plan.tensor_map};
+                                plan.warps_per_head, slicing, plan.tensor_map, multi};
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
     finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/true);
     return plan;
   };
+  if (multi) {  // launches of ColumnChunks; the column buffers ahead of the parts in the workspace
+    const ColumnChunks ch(group, heads, decode_cta_warps(f));
+    DecodePlan plan = plan_for(ch.dual);
+    plan.query_passes = ch.n;
+    plan.q_len = p_in.q_len;
+    plan.workspace_bytes = MqLayout(p_in, f.head_dim).bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+    return plan;
+  }
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
   if (group > kQueryCols + 4) return plan_for(true);
   const DecodePlan two = plan_for(false);  // 8 < G ≤ 12: one launch only for short work items
   return dual_short_items(p.max_seq_len, two.num_splits) ? plan_for(true) : two;
 }
 
-void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, const DecodePlan& plan,
+void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, const DecodePlan& plan,
                   void* workspace, cudaStream_t stream) {
-  const std::string why = decode_can_implement(f, cache, p);
+  const std::string why = decode_can_implement(f, cache, p_in);
   if (!why.empty()) throw_error(why.c_str());
-  if (plan.parts > 1 && !workspace) throw_error("paged_decode: the plan needs a workspace (plan.workspace_bytes)");
-  if (p.blocks.batch > 65535 || plan.items < p.blocks.batch) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
-  DecodeArgs a = make_decode_args(p, plan, workspace, f.head_dim, cache.block_size, cache.n_kv_heads);
+  if (plan.workspace_bytes > 0 && !workspace) throw_error("paged_decode: the plan needs a workspace (plan.workspace_bytes)");
+  if (p_in.blocks.batch > 65535 || plan.items < p_in.blocks.batch) throw_error("paged_decode: batch must be ≤ 65535 and the plan valid");
+  if (plan.q_len != p_in.q_len)
+    throw_error(("paged_decode: the plan is for q_len " + std::to_string(plan.q_len) + " but the call has q_len " +
+                 std::to_string(p_in.q_len) + " (use plan_decode)").c_str());
+  const bool multi = p_in.q_len > 1;
+  uint8_t* mq = multi ? static_cast<uint8_t*>(workspace) : nullptr;
+  const DecodeParams p = virtual_params(p_in, f.head_dim, mq);
+  if (multi)
+    launch_mq_reorder(p_in.query, mq, 0, p_in, cache.n_kv_heads, f.head_dim, p_in.q_stride_batch, p_in.q_stride_token,
+                      p_in.q_stride_head, stream);
+  void* parts_ws = multi ? mq + MqLayout(p_in, f.head_dim).bytes() : workspace;
+  DecodeArgs a = make_decode_args(p, plan, multi && plan.parts == 1 ? nullptr : parts_ws, f.head_dim, cache.block_size,
+                                  cache.n_kv_heads);
   DecodeTablesQjl t{};  // (the other kernels take its DecodeTables part)
   for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
   t.rot_scale = f.rot_scale;
@@ -445,22 +542,35 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     CUtensorMap map{};
     const bool tm = plan.tensor_map && encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
-    if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
+    if (multi) {  // ColumnChunks launches of the causal kernels
+      const ColumnChunks ch(a.group_stride, plan.heads_per_cta, Q::kCtaWarps);
+      if (ch.dual != (plan.query_slices == 2)) throw_error("paged_decode: plan does not match this shape (use plan_decode)");
+      ch.for_each(a.group_stride, [&](int c0, int cols) {
+        const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
+                                  ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true};
+        const MultiQuery m{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, c0};
+        decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
+                                plan.smem_bytes, stream);
+      });
+    } else if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
       // (the planner's own test, dual_slices_fit, and its thread count)
       if (!dual_slices_fit(a.group, plan.heads_per_cta, Q::kCtaWarps, planes) ||
           plan.threads != 2 * 32 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       const DecodeKernelSel sel{planes, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::both, false};
-      decode_kernel_launch<C>(sel, a, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
+      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     } else {
       for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
         const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head,
                                   sliced ? QuerySlicing::one : QuerySlicing::whole, tm};
-        decode_kernel_launch<C>(sel, s, t, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
+        decode_kernel_launch<C>(sel, s, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
       });
     }
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, stream);
+  if (multi)
+    launch_mq_reorder(mq + MqLayout(p_in, f.head_dim).piece, p_in.out, 1, p_in, cache.n_kv_heads, f.head_dim,
+                      p_in.o_stride_batch, p_in.o_stride_token, p_in.o_stride_head, stream);
 }
 
 }  // namespace tq::cuda

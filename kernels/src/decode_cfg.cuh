@@ -57,6 +57,20 @@ struct DecodeKernelSel {
   int group = 0, heads_per_cta = 0, warps_per_head = 0;
   QuerySlicing slicing = QuerySlicing::whole;
   bool tensor_map = false;  // tm_copies: one tensor-map box per 16-token half
+  bool causal = false;      // multi-query (q_len > 1): the causal kernels (KernelTraits::kCausal)
+};
+
+// Multi-query decode (DecodeParams::q_len > 1): the launch's columns are virtual query heads
+// c = j·group + g (query j of the chunk, head g of the kv head's group), and column c sees the
+// positions [0, seq_len − q_len + j]. col0: the launch's first column (a slice of the columns).
+struct MultiQuery {
+  int q_len = 1, group = 1, col0 = 0;
+};
+// The causal kernels' tables: the format's tables plus MultiQuery (a separate type, as for
+// DecodeTablesTm: the single-query kernels' parameters stay as they were).
+template <class T>
+struct CausalTables : T {
+  MultiQuery mq;
 };
 
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
@@ -67,8 +81,8 @@ template <class C>
 int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes);
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
-                          const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads, int smem_bytes,
-                          cudaStream_t stream);
+                          const MultiQuery& mq, const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads,
+                          int smem_bytes, cudaStream_t stream);
 
 namespace {
 
@@ -186,7 +200,7 @@ constexpr bool tm_copies(bool planes, bool sliced, int hpc, int n_kv_heads) {
 // the format, the cache layout, how the query columns are laid out, how many kv heads a CTA
 // holds, and the choices of data layout in registers and shared memory that follow from them.
 // pick_kernel maps a launch's DecodeKernelSel to one of these.
-template <class Fmt, bool Planes, bool Packed, int Heads, QuerySlicing Slicing, bool TensorMap>
+template <class Fmt, bool Planes, bool Packed, int Heads, QuerySlicing Slicing, bool TensorMap, bool Causal = false>
 struct KernelTraits {
   using C = Fmt;
   using Q = QCfg<Fmt>;
@@ -206,6 +220,9 @@ struct KernelTraits {
   static constexpr int kWarpsPerHead = Heads > 0 ? Q::kCtaWarps / (kSlices * Heads) : 0;
   // each 16-token half of the ring is one box of the tensor map in DecodeTablesTm (tm_copies)
   static constexpr bool kTensorMap = TensorMap;
+  // multi-query: per-column causal limits (MultiQuery, CausalTables); sub-tiles that reach past the
+  // first column's limit take the masked body
+  static constexpr bool kCausal = Causal;
 
   static_assert(!TensorMap || (Heads == 8 && !Planes && Slicing == QuerySlicing::whole && tm_rows<Fmt>(8)),
                 "tensor-map boxes: 8-head kernels whose rows tm_rows accepts");

@@ -452,19 +452,23 @@ constexpr bool dual_short_items(int max_seq_len, int num_splits) {
 // consecutive columns (query heads g0 … g0 + slice.group − 1 of every kv head), with q, out
 // and the parts' rows offset to column g0 (the merge runs once, on `a`, over all query
 // heads). G ≤ 8: fn(a, false), unchanged. The flag picks the SLICED kernels (dev::query_head).
+// The arguments of a launch over columns g0 … g0 + n − 1 of every kv head: q, out and the parts'
+// rows offset to column g0.
+inline DecodeArgs column_slice(const DecodeArgs& a, int head_dim, int g0, int n) {
+  DecodeArgs s = a;
+  s.group = n;
+  s.q += int64_t(g0) * a.q_sh;
+  s.out += int64_t(g0) * a.o_sh;
+  const int64_t rows = int64_t(g0) * a.items * a.wph;  // the parts of query heads < g0 (of kv head 0)
+  if (a.o_part) s.o_part += rows * head_dim;
+  if (a.lse_part) s.lse_part += rows;
+  return s;
+}
 template <class Fn>
 void for_each_query_slice(const DecodeArgs& a, int head_dim, Fn&& fn) {
   const bool sliced = sliced_launches(a.group_stride);
-  for (int g0 = 0; g0 < a.group_stride; g0 += kQueryCols) {
-    DecodeArgs s = a;
-    s.group = a.group_stride - g0 < kQueryCols ? a.group_stride - g0 : kQueryCols;
-    s.q += int64_t(g0) * a.q_sh;
-    s.out += int64_t(g0) * a.o_sh;
-    const int64_t rows = int64_t(g0) * a.items * a.wph;  // the parts of query heads < g0 (of kv head 0)
-    if (a.o_part) s.o_part += rows * head_dim;
-    if (a.lse_part) s.lse_part += rows;
-    fn(s, sliced);
-  }
+  for (int g0 = 0; g0 < a.group_stride; g0 += kQueryCols)
+    fn(column_slice(a, head_dim, g0, a.group_stride - g0 < kQueryCols ? a.group_stride - g0 : kQueryCols), sliced);
 }
 
 struct DecodePlan;

@@ -84,6 +84,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int kvh = hg * heads + hl;
   const int r = lane >> 2, p = lane & 3;
   const int S = a.stages;
+  // kCausal: positions < cut[c] are visible to the lane's column c (packed: heads 2(p & 1) + c, else
+  // 2p + c of the warp's columns), positions < cut_lo to every column of the warp
+  [[maybe_unused]] int cut[2] = {0, 0}, cut_lo = 0;
+  if constexpr (K::kCausal) {
+    const MultiQuery& mq = t.mq;
+    const int end = a.seq_lens[b] - mq.q_len + 1, c0 = mq.col0 + g0;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) cut[c] = end + (c0 + (kPacked ? 2 * (p & 1) : 2 * p) + c) / mq.group;
+    cut_lo = end + c0 / mq.group;
+  }
 
   const uint32_t dyn_base = dev::smem_u32(smem);
   const PageRing<K, T> ring(a, t, cache, lane, heads, warps_per_head, hg, b, rg, dyn_base, dev::smem_u32(bars));
@@ -222,12 +232,13 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       [[maybe_unused]] typename K::QjlPFrags pq;    // turbo4-qjl: P″ fragments
       float alpha[2] = {1.f, 1.f};
       bool fast;  // no logit above the running maxima: α = 1, no rescale
+      [[maybe_unused]] const int ccut[2] = {cut[0] - t0, cut[1] - t0};  // kCausal: rows < ccut[c] visible
       if constexpr (kPacked)
-        fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, p_src, p_sel, sa, sq, qa, qb, sm, zs, alpha,
-                                            pb, pq, pbv);
+        fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb, sm, zs,
+                                            alpha, pb, pq, pbv);
       else
-        fast = column_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, p_src, p_sel, sa, sq, qa, qb, sm, zs, alpha,
-                                            pb, pq, pbv);
+        fast = column_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb, sm, zs,
+                                            alpha, pb, pq, pbv);
       // ---- values: acc = acc·α + Σ_halves A·P' ----
       // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
       // straight into acc and the rescale runs only when a running max moved (α ≠ 1
@@ -239,7 +250,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       accumulate_values<K>(hb, rm, tv, r, vs, vw, v_off, lut_lane, slut_lane, pb, pq, pbv, acc, acc2);
     };
     using RunTime = std::integral_constant<int, -1>;
-    if (nvalid == kSub) {
+    if (nvalid == kSub && (!K::kCausal || t0 + kSub <= cut_lo)) {
       if constexpr (K::kKeyOffBodies) {
         if (key_mod == 0)
           tile_body(std::true_type{}, std::integral_constant<int, 0>{});
@@ -281,7 +292,14 @@ constexpr int decode_min_ctas() {
 template <class K>
 __global__ void __launch_bounds__(32 * K::Q::kCtaWarps, decode_min_ctas<typename K::C>())
     decode_kernel(DecodeArgs a, TablesFor<typename K::C> t, const uint8_t* __restrict__ cache) {
-  static_assert(!K::kTensorMap, "decode_kernel_tm");
+  static_assert(!K::kTensorMap && !K::kCausal, "decode_kernel_tm / decode_kernel_causal");
+  decode_body<K>(a, t, cache);
+}
+// The multi-query variant (K::kCausal): the tables carry MultiQuery.
+template <class K>
+__global__ void __launch_bounds__(32 * K::Q::kCtaWarps, decode_min_ctas<typename K::C>())
+    decode_kernel_causal(DecodeArgs a, CausalTables<TablesFor<typename K::C>> t, const uint8_t* __restrict__ cache) {
+  static_assert(K::kCausal && !K::kTensorMap, "decode_kernel / decode_kernel_tm");
   decode_body<K>(a, t, cache);
 }
 // The tensor-map variant: the map is read by address, so the parameter is __grid_constant__ (a
@@ -342,8 +360,35 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   if (sel.tensor_map) throw_error("paged_decode: no tensor-map kernel for these heads per CTA (internal)");
   packed_or_not(No{}, RunTimeHeads{}, No{});
 }
+// The multi-query kernels (sel.causal): sliced columns (a launch's columns are a slice of the
+// virtual heads), unpacked, one or both slices per CTA; 8 heads per CTA at compile time for the
+// wide-LUT formats (the 8-kv-head models' CTAs), else at run time; no plane layout, no tensor map.
+template <class C, class Fn>
+void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  if (sel.planes || sel.tensor_map) throw_error("paged_decode: no multi-query kernel for this layout (internal)");
+  auto with_heads = [&](auto slicing, auto heads) {
+    constexpr QuerySlicing S = decltype(slicing)::value;
+    constexpr int H = decltype(heads)::value;
+    return fn(decode_kernel_causal<KernelTraits<C, false, false, H, S, false, true>>);
+  };
+  using Both = std::integral_constant<QuerySlicing, QuerySlicing::both>;
+  using One = std::integral_constant<QuerySlicing, QuerySlicing::one>;
+  constexpr int kSlicesBoth = 2;
+  if constexpr (QCfg<C>::kWide) {
+    if (sel.heads_per_cta == 8) {
+      if (sel.slicing == QuerySlicing::both && sel.warps_per_head == QCfg<C>::kCtaWarps / (kSlicesBoth * 8))
+        return with_heads(Both{}, std::integral_constant<int, 8>{});
+      if (sel.slicing != QuerySlicing::both && sel.warps_per_head == QCfg<C>::kCtaWarps / 8)
+        return with_heads(One{}, std::integral_constant<int, 8>{});
+    }
+  }
+  if (sel.slicing == QuerySlicing::both) return with_heads(Both{}, std::integral_constant<int, 0>{});
+  with_heads(One{}, std::integral_constant<int, 0>{});
+}
+
 template <class C, class Fn>
 void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  if (sel.causal) return pick_causal_kernel<C>(sel, fn);
   if (sel.slicing == QuerySlicing::both) return pick_kernel<C, QuerySlicing::both, 8>(sel, fn);
   if (sel.slicing == QuerySlicing::one) return pick_kernel<C, QuerySlicing::one, 8>(sel, fn);
   pick_kernel<C, QuerySlicing::whole, 8, 4, 16, 2>(sel, fn);
@@ -372,11 +417,17 @@ struct KernelTables<void (*)(DecodeArgs, T, const uint8_t*)> {
 // map: the cache's tensor map (sel.tensor_map; else unused).
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
-                          const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads, int smem_bytes,
-                          cudaStream_t stream) {
+                          const MultiQuery& mq, const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads,
+                          int smem_bytes, cudaStream_t stream) {
   with_kernel<C>(sel, [&](auto kern) {
     TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    if constexpr (std::is_same_v<typename KernelTables<decltype(kern)>::type, DecodeTablesTm>) {
+    using Tables = typename KernelTables<decltype(kern)>::type;
+    if constexpr (std::is_same_v<Tables, CausalTables<TablesFor<C>>>) {
+      Tables tt{};
+      static_cast<TablesFor<C>&>(tt) = static_cast<const TablesFor<C>&>(t);
+      tt.mq = mq;
+      kern<<<grid, threads, smem_bytes, stream>>>(a, tt, cache);
+    } else if constexpr (std::is_same_v<Tables, DecodeTablesTm>) {
       DecodeTablesTm tt{};
       static_cast<DecodeTables&>(tt) = t;
       tt.map = *map;
@@ -397,7 +448,7 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
       const tq::cuda::DecodeKernelSel&, int, int);                                                          \
   template void tq::cuda::decode_kernel_launch<tq::cuda::FormatCfg<KK, KB, VK, VB, D>>(                    \
       const tq::cuda::DecodeKernelSel&, const tq::cuda::DecodeArgs&, const tq::cuda::DecodeTablesQjl&,     \
-      const uint8_t*, const CUtensorMap*, dim3, int, int, cudaStream_t);
+      const tq::cuda::MultiQuery&, const uint8_t*, const CUtensorMap*, dim3, int, int, cudaStream_t);
 #define TQ_DECODE_INSTANTIATE(KK, KB, VK, VB)   \
   TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, 64)  \
   TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, 128) \

@@ -20,8 +20,11 @@ namespace {
 struct Softmax32 {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
-  // kSum = false: l is only rescaled; the caller adds the weights it actually uses (hi-only P')
-  template <bool kSum = true>
+  // kSum = false: l is only rescaled; the caller adds the weights it actually uses (hi-only P').
+  // kGuard (causal kernels): a column may have no valid token yet (m = −inf after the update), so
+  // the exponents subtract 0 instead of −inf (−inf − −inf would be NaN).
+  static __device__ __forceinline__ float exp_base(float m, bool guard) { return guard && m == -INFINITY ? 0.f : m; }
+  template <bool kSum = true, bool kGuard = false>
   __device__ __forceinline__ void update(float (&x)[2][4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -29,13 +32,14 @@ struct Softmax32 {
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 4));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 16));
-      const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token
-      alpha[c] = dev::ex2_fast(m[c] - mn);  // m = −inf → 0
+      const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token (but kGuard)
+      const float me = exp_base(mn, kGuard);
+      alpha[c] = dev::ex2_fast(m[c] - me);  // m = −inf → 0
       m[c] = mn;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        x[h][c] = dev::ex2_fast(x[h][c] - mn);
-        x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - mn);
+        x[h][c] = dev::ex2_fast(x[h][c] - me);
+        x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - me);
       }
       l[c] = kSum ? l[c] * alpha[c] + ((x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2])) : l[c] * alpha[c];
     }
@@ -44,7 +48,7 @@ struct Softmax32 {
   // exceeds its column's running maximum anywhere in the warp. Then m stays, α = 1
   // and x becomes p without the cross-lane max (returns false, x untouched,
   // otherwise: the first sub-tile, a new maximum, or a NaN).
-  template <bool kSum = true>
+  template <bool kSum = true, bool kGuard = false>
   __device__ __forceinline__ bool try_keep(float (&x)[2][4]) {
     bool keep = true;
 #pragma unroll
@@ -54,29 +58,31 @@ struct Softmax32 {
     if (!__all_sync(dev::kFull, keep)) return false;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
+      const float me = exp_base(m[c], kGuard);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        x[h][c] = dev::ex2_fast(x[h][c] - m[c]);
-        x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - m[c]);
+        x[h][c] = dev::ex2_fast(x[h][c] - me);
+        x[h][c + 2] = dev::ex2_fast(x[h][c + 2] - me);
       }
       if constexpr (kSum) l[c] += (x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]);
     }
     return true;
   }
-  template <bool kSum = true>
+  template <bool kSum = true, bool kGuard = false>
   __device__ __forceinline__ bool try_keep_half(float (&x)[4]) {
     const bool keep = x[0] <= m[0] && x[2] <= m[0] && x[1] <= m[1] && x[3] <= m[1];
     if (!__all_sync(dev::kFull, keep)) return false;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      x[c] = dev::ex2_fast(x[c] - m[c]);
-      x[c + 2] = dev::ex2_fast(x[c + 2] - m[c]);
+      const float me = exp_base(m[c], kGuard);
+      x[c] = dev::ex2_fast(x[c] - me);
+      x[c + 2] = dev::ex2_fast(x[c + 2] - me);
       if constexpr (kSum) l[c] += x[c] + x[c + 2];
     }
     return true;
   }
   // Packed kernels: the lane holds one half (tokens r, r+8); lane p ^ 2 the other.
-  template <bool kSum = true>
+  template <bool kSum = true, bool kGuard = false>
   __device__ __forceinline__ void update_half(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -85,11 +91,11 @@ struct Softmax32 {
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 4));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 16));
-      const float mn = fmaxf(m[c], mx);
-      alpha[c] = dev::ex2_fast(m[c] - mn);
+      const float mn = fmaxf(m[c], mx), me = exp_base(mn, kGuard);
+      alpha[c] = dev::ex2_fast(m[c] - me);
       m[c] = mn;
-      x[c] = dev::ex2_fast(x[c] - mn);
-      x[c + 2] = dev::ex2_fast(x[c + 2] - mn);
+      x[c] = dev::ex2_fast(x[c] - me);
+      x[c + 2] = dev::ex2_fast(x[c + 2] - me);
       l[c] = kSum ? l[c] * alpha[c] + (x[c] + x[c + 2]) : l[c] * alpha[c];
     }
   }

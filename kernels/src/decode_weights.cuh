@@ -57,7 +57,7 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
 // Packed kernels (G ≤ 4). Returns whether the running maxima stayed (α = 1).
 template <class K, bool kFullTile, class T>
 __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
-    int tr, int r, int p, int nvalid, const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
+    int tr, int r, int p, int nvalid, const int (&ccut)[2], const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
     const typename K::QjlScores& sq, const float (&qa)[2][4], const float (&qb)[2][4], Softmax32& sm, float (&zs)[2],
     float (&alpha)[2], typename K::PFrags& pb, typename K::QjlPFrags& pq, typename K::PairPFrags& pbv) {
   using C = typename K::C;
@@ -142,9 +142,14 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
       for (int i = 0; i < 4; ++i) x4[i] = (i < 2 ? v0 : v1) ? fmaf(e4[i], i < 2 ? k0 : k8, x4[i]) : -INFINITY;
     }
   }
-  fast = sm.template try_keep_half<!kValuePairs>(x4);
+  if constexpr (K::kCausal && !kFullTile) {  // rows at or past the column's causal limit
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (16 * mh + tr + (i < 2 ? 0 : d8) >= ccut[i & 1]) x4[i] = -INFINITY;
+  }
+  fast = sm.template try_keep_half<!kValuePairs, K::kCausal>(x4);
   if (!fast) {
-    sm.template update_half<!kValuePairs>(x4, alpha);
+    sm.template update_half<!kValuePairs, K::kCausal>(x4, alpha);
     rescale_sums();
   }
   const uint8_t* f0 = mb + rm.scz + tr * rm.mst;
@@ -210,7 +215,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 // stayed (α = 1).
 template <class K, bool kFullTile, class T>
 __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
-    int tr, int r, int p, int nvalid, const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
+    int tr, int r, int p, int nvalid, const int (&ccut)[2], const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
     const typename K::QjlScores& sq, const float (&qa)[2][4], const float (&qb)[2][4], Softmax32& sm, float (&zs)[2],
     float (&alpha)[2], typename K::PFrags& pb, typename K::QjlPFrags& pq, typename K::PairPFrags& pbv) {
   using C = typename K::C;
@@ -277,9 +282,16 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
       }
     }
   }
-  fast = sm.template try_keep<!kHiOnlyP>(x);
+  if constexpr (K::kCausal && !kFullTile) {  // rows at or past the column's causal limit
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (16 * h + tr + (i < 2 ? 0 : d8) >= ccut[i & 1]) x[h][i] = -INFINITY;
+  }
+  fast = sm.template try_keep<!kHiOnlyP, K::kCausal>(x);
   if (!fast) {
-    sm.template update<!kHiOnlyP>(x, alpha);
+    sm.template update<!kHiOnlyP, K::kCausal>(x, alpha);
     rescale_sums();
   }
 #pragma unroll

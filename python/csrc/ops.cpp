@@ -9,9 +9,11 @@
 //   query, out    fp16  [num_seqs, num_heads, head_dim] or [num_seqs, q_len, num_heads, head_dim]
 //
 // Query j of a sequence with q_len queries attends to positions [0, seq_len −
-// q_len + j] (causal within the chunk); q_len > 1 runs one single-query
-// decode per query position over the cache (what vLLM does for chunks of ≤ 128
-// queries), with each launch's sequence lengths written into the workspace.
+// q_len + j] (causal within the chunk). 1 < q_len ≤ 128 runs the fused
+// multi-query decode (one launch: every page read once per 16 query columns);
+// longer chunks run one single-query decode per query position, with each
+// launch's sequence lengths written into the workspace (tqkit_torch.decode
+// routes those to dequant + torch SDPA instead).
 // Nothing here allocates device memory: out, the workspace and the dequant
 // outputs come from the caller, so every op can be captured in a CUDA graph.
 // Argument checks name the argument and raise RuntimeError; the contents of
@@ -175,9 +177,13 @@ DecodeShape decode_shape(const Tensor& query, const char* op) {
 
 constexpr int64_t kLensAlign = 256;  // the per-launch seq_lens sit after the plan's workspace
 
+// Whether a call of q_len queries takes the fused multi-query decode (else q_len single-query decodes).
+bool fused_multi_query(int64_t q_len) { return q_len > 1 && q_len <= tq::cuda::kMaxQueryLen; }
+
 tq::cuda::DecodeParams decode_params(const DecodeShape& s, const tq::cuda::BlockTable& b, double scale,
                                      int64_t max_seq_len, int64_t num_splits) {
   tq::cuda::DecodeParams p;
+  p.q_len = fused_multi_query(s.q_len) ? int(s.q_len) : 1;
   p.n_q_heads = int(s.heads);
   p.attn_scale = float(scale);
   p.blocks = b;
@@ -207,7 +213,8 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
   tq::cuda::DecodeParams p = decode_params({num_seqs, q_len, num_heads, head_dim}, b, 1.0, max_seq_len, num_splits);
   p.query = p.out = reinterpret_cast<void*>(256);
   p.q_stride_head = p.o_stride_head = head_dim;
-  p.q_stride_batch = p.o_stride_batch = num_heads * head_dim;
+  p.q_stride_batch = p.o_stride_batch = q_len * num_heads * head_dim;
+  p.q_stride_token = p.o_stride_token = p.q_len > 1 ? num_heads * head_dim : 0;
   int64_t bytes = 0;
   guarded(op, [&] {
     const std::string why = tq::cuda::decode_can_implement(f.gpu, c, p);
@@ -215,7 +222,7 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
     bytes = int64_t(tq::cuda::plan_decode(f.gpu, c, p).workspace_bytes);
   });
   bytes = (bytes + kLensAlign - 1) / kLensAlign * kLensAlign;
-  return q_len > 1 ? bytes + num_seqs * int64_t(sizeof(int32_t)) : bytes;
+  return q_len > 1 && !fused_multi_query(q_len) ? bytes + num_seqs * int64_t(sizeof(int32_t)) : bytes;
 }
 
 void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tensor& block_table,
@@ -251,6 +258,17 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   p.q_stride_head = query.stride(qd - 2);
   p.o_stride_batch = out.stride(0);
   p.o_stride_head = out.stride(qd - 2);
+  if (fused_multi_query(s.q_len)) {  // one launch for the chunk
+    p.query = query.data_ptr();
+    p.out = out.data_ptr();
+    p.q_stride_token = query.stride(1);
+    p.o_stride_token = out.stride(1);
+    guarded(op, [&] {
+      const tq::cuda::DecodePlan plan = tq::cuda::plan_decode(f.gpu, c, p);
+      tq::cuda::paged_decode(f.gpu, c, p, plan, workspace.data_ptr(), stream);
+    });
+    return;
+  }
   const int64_t plan_bytes =
       s.q_len > 1 ? need - s.batch * int64_t(sizeof(int32_t)) : need;  // the lens follow the aligned plan part
   Tensor lens = s.q_len > 1 ? workspace.narrow(0, plan_bytes, s.batch * 4).view(at::kInt) : Tensor();

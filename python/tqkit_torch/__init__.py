@@ -15,6 +15,12 @@ Layouts (as vLLM's TurboQuant backend):
   block_table   int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs], the new tokens included
 Query j of q_len attends to positions [0, seq_len - q_len + j].
 
+q_len 1 ... 128 runs the fused multi-query decode: one launch whose kernel reads each
+cache page once per 16 query columns (q_len x heads per kv head), causal within the
+chunk. decode_dense is the large-chunk path (dequant to fp16, then torch SDPA);
+decode() takes it at q_len >= DENSE_MIN_Q_LEN (measured crossover: see
+python/examples/bench_multi_query.py and experiments/results/kernels.md).
+
 Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,
 turbo2, turbo3, turbo4, turbo4-qjl (and mse/fp8 + u3/u4 specs); head_dim 64, 128, 256.
 
@@ -29,8 +35,14 @@ from . import _C  # noqa: F401  (registers torch.ops.tqkit)
 
 _ops = torch.ops.tqkit
 
-__all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_workspace_bytes", "dequant", "dequant_out",
-           "encode_cpu", "decode_cpu", "validate_indices"]
+__all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
+           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "DENSE_MIN_Q_LEN"]
+
+# decode() runs chunks of at least this many queries as dequant + SDPA (decode_dense), shorter ones
+# in the fused kernel (at most 128 queries). The crossover measured on an H200 at 32/8/128, 32K
+# tokens, batch 32 (python/examples/bench_multi_query.py): fused 5.6 ms vs dense 8.6 ms at q_len 32,
+# 10.9 vs 8.4 ms at 64; the fused time grows linearly (0.17 ms per query), the dense one is flat.
+DENSE_MIN_Q_LEN = 48
 
 
 def slot_bytes(format: str, head_dim: int) -> int:
@@ -89,12 +101,15 @@ def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: s
 
 def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
            num_splits: int = 0, validate: bool = False):
-    """Allocating form of decode_out. max_seq_len defaults to block_table's capacity."""
+    """Allocating form of decode_out (decode_dense for chunks of DENSE_MIN_Q_LEN queries or more).
+    max_seq_len defaults to block_table's capacity."""
     if max_seq_len is None:
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
     if validate:
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
     b, q_len, heads, d = _qshape(query)
+    if q_len >= DENSE_MIN_Q_LEN:
+        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
     ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
                                             max_seq_len, num_splits), dtype=torch.uint8, device=query.device)
     out = torch.empty_like(query)
@@ -122,6 +137,51 @@ def dequant(kv_cache, block_table, seq_lens, format: str, head_dim: int, dtype=t
     v = torch.empty_like(k)
     dequant_out(k, v, kv_cache, block_table, seq_lens, offsets, format, max_seq_len)
     return k, v
+
+
+def _causal_sdpa(q, k, v, scale):
+    """q [n, heads, q_len, d], k/v [n, kv_heads, L, d]: query j sees keys [0, L - q_len + j]."""
+    q_len, L = q.shape[2], k.shape[2]
+    try:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(q_len, L)
+    except ImportError:
+        j = torch.arange(q_len, device=q.device)[:, None]
+        mask = torch.arange(L, device=q.device)[None, :] <= L - q_len + j
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if q.shape[1] == k.shape[1]:
+        return sdpa(q, k, v, attn_mask=mask, scale=scale)
+    try:
+        return sdpa(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    except TypeError:  # a torch without enable_gqa: repeat the kv heads
+        group = q.shape[1] // k.shape[1]
+        return sdpa(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=mask, scale=scale)
+
+
+def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None):
+    """The large-chunk path: every sequence's cache dequantized to fp16 (dequant), then torch SDPA with the
+    causal mask aligned to the end (query j sees positions [0, seq_len - q_len + j]). query [num_seqs, q_len,
+    num_heads, head_dim] fp16; needs seq_len >= q_len. Reads seq_lens on the host (not for CUDA graphs)."""
+    if query.dim() != 4:
+        raise ValueError(f"query: decode_dense needs [num_seqs, q_len, num_heads, head_dim], got {tuple(query.shape)}")
+    b, q_len, heads, d = query.shape
+    lens = seq_lens.tolist()
+    if min(lens) < q_len:
+        raise ValueError(f"seq_lens: decode_dense needs every sequence to hold its {q_len} queries (shortest {min(lens)})")
+    k, v = dequant(kv_cache, block_table, seq_lens, format, d, max_seq_len=max_seq_len)
+    out = torch.empty_like(query)
+    if all(n == lens[0] for n in lens):  # one batched SDPA
+        n = lens[0]
+        kk = k.view(b, n, -1, d).transpose(1, 2)
+        vv = v.view(b, n, -1, d).transpose(1, 2)
+        out.copy_(_causal_sdpa(query.transpose(1, 2), kk, vv, scale).transpose(1, 2))
+        return out
+    row = 0
+    for i, n in enumerate(lens):
+        kk, vv = k[row:row + n].transpose(0, 1)[None], v[row:row + n].transpose(0, 1)[None]
+        out[i] = _causal_sdpa(query[i].transpose(0, 1)[None], kk, vv, scale)[0].transpose(0, 1)
+        row += n
+    return out
 
 
 def encode_cpu(key, value, format: str):

@@ -38,6 +38,13 @@ expect_empty_out
 run "$BIN" --format turboquant_4bit_nc --dequant fp32
 expect_rc 2
 expect_err "--dequant"
+
+for q in 1 129 x; do  # --q-len: 2 … 128 query tokens per sequence
+  run "$BIN" --format turboquant_4bit_nc --q-len "$q"
+  expect_rc 2
+  expect_err "--q-len"
+  expect_empty_out
+done
 expect_empty_out
 
 # ragged batches: --seq-lens (a list, LxN repeats, or uniform:MIN:MAX), checked before any GPU is looked for

@@ -46,6 +46,9 @@ struct DecodeCase {
   // where a per-code rounding of squares would add up instead of averaging out)
   int spike_k = 0;
   int sm_count = 0;  // > 0: the SM count the planner assumes (plan_decode*'s sm_count)
+  // query tokens per sequence: query j attends to positions [0, len − q_len + j]; the queries and
+  // outputs are [batch, q_len, hq, d] with a padded token stride (q_len > 1: strided rows)
+  int q_len = 1;
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 
@@ -166,19 +169,31 @@ struct DecodeRun {
   std::vector<float> qf;
 };
 
+// Elements between consecutive query tokens of a sequence (q_len > 1: 8 elements of padding, so a
+// kernel that assumed dense rows would read the wrong ones), and between sequences.
+int64_t token_stride(const DecodeCase& c) { return int64_t(c.hq) * c.d + (c.q_len > 1 ? 8 : 0); }
+int64_t batch_stride(const DecodeCase& c) { return token_stride(c) * c.q_len; }
+// Offset of query / output row (b, j, h).
+size_t row_offset(const DecodeCase& c, int b, int j, int h) {
+  return size_t(b * batch_stride(c) + j * token_stride(c) + int64_t(h) * c.d);
+}
+
 DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   DecodeRun R;
-  const auto qh = random_rows(rng, size_t(F.pg.batch) * c.hq, c.d, 0.0, c.q_sigma);
+  const size_t n = size_t(F.pg.batch * batch_stride(c));
+  const auto qh = random_rows(rng, (n + size_t(c.d) - 1) / size_t(c.d), c.d, 0.0, c.q_sigma);  // (padding: random too)
   R.qf = halves_to_floats(qh);
   R.q = std::make_unique<DevMem>(qh.size() * 2);
   R.q->upload(qh);
   R.out = std::make_unique<DevMem>(qh.size() * 2);
   R.p.query = R.q->as();
-  R.p.q_stride_batch = int64_t(c.hq) * c.d;
+  R.p.q_stride_batch = batch_stride(c);
   R.p.q_stride_head = c.d;
   R.p.out = R.out->as();
-  R.p.o_stride_batch = int64_t(c.hq) * c.d;
+  R.p.o_stride_batch = batch_stride(c);
   R.p.o_stride_head = c.d;
+  R.p.q_len = c.q_len;
+  R.p.q_stride_token = R.p.o_stride_token = c.q_len > 1 ? token_stride(c) : 0;
   R.p.n_q_heads = c.hq;
   R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
   R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
@@ -208,32 +223,42 @@ void launch(const DecodeCase& c, Filled& F, DecodeRun& R, cudaStream_t stream = 
 }
 
 // Compares every output row with the float64 reference for the given lengths.
+// (q_len > 1: query token qt of sequence b sees its first len − q_len + qt + 1 positions; the
+// padding between token rows must stay poisoned.)
 double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, const std::vector<int>& lens) {
-  const auto out = R.out->download<uint16_t>(size_t(F.pg.batch) * c.hq * c.d);
+  const auto out = R.out->download<uint16_t>(R.out->size() / 2);
   const int g = c.hq / c.hkv;
   double worst = 0;
   for (int b = 0; b < F.pg.batch; ++b)
+    for (int qt = 0; qt < c.q_len; ++qt)
     for (int qh = 0; qh < c.hq; ++qh) {
-      if (lens[size_t(b)] == 0) {  // no tokens: the output row is zero
+      const size_t row = row_offset(c, b, qt, qh);
+      const int len = std::max(0, lens[size_t(b)] - c.q_len + 1 + qt);
+      if (c.q_len > 1 && qh == c.hq - 1)
+        for (int j = 0; j < 8; ++j) {
+          INFO(c.fmt << " padding after sequence " << b << " query " << qt);
+          REQUIRE(out[row + size_t(c.d) + size_t(j)] == 0xffff);
+        }
+      if (len == 0) {  // no tokens: the output row is zero
         for (int j = 0; j < c.d; ++j) {
-          INFO(c.fmt << " empty sequence " << b << " q head " << qh << " dim " << j);
-          REQUIRE(out[(size_t(b) * c.hq + qh) * c.d + j] == 0);
+          INFO(c.fmt << " empty sequence " << b << " query " << qt << " q head " << qh << " dim " << j);
+          REQUIRE(out[row + size_t(j)] == 0);
         }
         continue;
       }
-      const auto ref = reference(F, c, &R.qf[(size_t(b) * c.hq + qh) * c.d], b, qh / g, lens[size_t(b)],
-                                 double(R.p.attn_scale));
+      const auto ref = reference(F, c, &R.qf[row], b, qh / g, len, double(R.p.attn_scale));
       double e = 0, n = 0;
       bool finite = true;
       for (int j = 0; j < c.d; ++j) {
-        const double o = tq::half_to_float(out[(size_t(b) * c.hq + qh) * c.d + j]);
+        const double o = tq::half_to_float(out[row + size_t(j)]);
         finite = finite && std::isfinite(o);
         e += (o - ref[size_t(j)]) * (o - ref[size_t(j)]);
         n += ref[size_t(j)] * ref[size_t(j)];
       }
-      INFO(c.fmt << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " splits="
-                 << R.plan.num_splits << " parts=" << R.plan.parts << " sequence " << b << " (len "
-                 << lens[size_t(b)] << ") q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "
+      INFO(c.fmt << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " q_len=" << c.q_len
+                 << " splits=" << R.plan.num_splits << " parts=" << R.plan.parts << " passes=" << R.plan.query_passes
+                 << " slices=" << R.plan.query_slices << " sequence " << b << " (len " << lens[size_t(b)]
+                 << ") query " << qt << " q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "
                  << std::sqrt(e));
       REQUIRE(finite);
       const double rel = std::sqrt(e / n);
@@ -830,6 +855,43 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
   }
 }
 
+// Multi-query (q_len > 1): every query token against the float64 causal reference.
+static void run_multi_query(const std::string& fmt, bool quick) {
+  DecodeCase c;
+  c.fmt = fmt;
+  struct Shape {
+    int hq, hkv, d;
+  };
+  // G 4 (32/8: 16-column launches for q_len 4), G 1 (MHA), G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 / 256
+  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}, {8, 2, 128}}
+                                          : std::vector<Shape>{{32, 8, 128}, {8, 8, 128}, {64, 8, 128}, {12, 2, 128},
+                                                               {16, 4, 64}, {16, 2, 256}};
+  for (const auto& sh : shapes)
+    for (const int q_len : quick ? std::vector<int>{2, 5} : std::vector<int>{2, 4, 7, 16, 33}) {
+      c.hq = sh.hq;
+      c.hkv = sh.hkv;
+      c.d = sh.d;
+      c.q_len = q_len;
+      // a sequence shorter than the chunk (its first queries see nothing), one of exactly q_len, chunks whose
+      // causal tail crosses a 32-token sub-tile and a work item's end, a long one
+      c.lens = {3, q_len, 31 + q_len, 100, quick ? 700 : 2500};
+      c.splits = 0;
+      run_decode(c);
+      c.splits = 3;
+      c.lens = {q_len + 1, 64, 65};
+      run_decode(c);
+    }
+}
+
+TEST_CASE("decode: multi-query (q_len 2 … 33, causal within the chunk), every format", "[decode][multi]") {
+  for (const auto& fmt : kDecodeFormats)
+    if (fmt != "f16") run_multi_query(fmt, false);
+}
+
+TEST_CASE("decode: multi-query quick subset", "[decode][multi][quick]") {
+  for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3", "turbo4-qjl"}) run_multi_query(fmt, true);
+}
+
 TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[decode][graph]") {
   DecodeCase c;
   c.fmt = "turboquant_4bit_nc";
@@ -859,6 +921,64 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "[decode][graph][multi][quick]") {
+  DecodeCase c;
+  c.fmt = "turboquant_k3v4_nc";
+  c.q_len = 4;
+  c.lens = {700, 3000, 64};
+  c.splits = 4;
+  tq::Rng rng(37);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  cudaStream_t s;
+  TQ_CUDA_CHECK(cudaStreamCreate(&s));
+  cudaGraph_t graph;
+  TQ_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch(c, F, R, s);
+  TQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  TQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (const auto& lens : {std::vector<int>{700, 3000, 64}, std::vector<int>{2, 2999, 17}}) {
+    F.lens->upload(lens);
+    R.out->fill(0xff);
+    TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    TQ_CUDA_CHECK(cudaStreamSynchronize(s));
+    check_output(c, F, R, lens);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][quick]") {
+  DecodeCase c;
+  c.fmt = "turboquant_4bit_nc";
+  c.lens = {40};
+  c.q_len = 3;
+  tq::Rng rng(5);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+  const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
+  using Catch::Matchers::Contains;
+  auto p = R.p;
+  p.q_len = 0;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("q_len 0 must be 1"));
+  p.q_len = tq::cuda::kMaxQueryLen + 1;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("dense"));
+  p = R.p;
+  p.q_stride_token = 0;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("q_stride_token"));
+  p = R.p;
+  p.q_len = 2;  // a plan for q_len 3 used for q_len 2
+  REQUIRE_THROWS_WITH(tq::cuda::paged_decode(kf, pc, p, R.plan, R.ws->as()), Contains("plan is for q_len 3"));
+  const tq::cuda::PagedCache planes{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes,
+                                    tq::cuda::CacheLayout::planes};
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, planes, R.p), Contains("vLLM cache layout"));
+  const tq::cuda::PagedCacheF16 f16{F.cache->as(), F.cache->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode_f16(f16, R.p), Contains("q_len 3 not supported"));
 }
 
 namespace {

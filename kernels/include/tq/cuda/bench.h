@@ -71,6 +71,19 @@ struct DecodeBench {
 DecodeBench bench_decode(const KvFormat& f, const BenchShape& s, const BenchOptions& o);
 DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o);
 
+// Multi-query decode (DecodeParams::q_len) timed in one call against the same cache copies: the
+// fused q_len decode, one single-query decode, and q_len single-query decodes in a row (what an
+// engine without a multi-query kernel runs per chunk).
+struct MultiQueryBench {
+  int q_len = 0;
+  Timing fused, single, separate;
+  size_t kv_bytes = 0;  // as DecodeBench: every slot once
+  double gbps = 0;      // kv_bytes / the fused median
+  int copies = 0;
+  DecodePlan plan;  // the fused decode's
+};
+MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_len, const BenchOptions& o);
+
 struct StoreBench {
   Timing t;
   int64_t tokens = 0;

@@ -1,5 +1,6 @@
-// Paged decode attention (one query token per sequence) over a quantized
-// TurboQuant cache, and the FP16 baseline it is measured against.
+// Paged decode attention over a quantized TurboQuant cache — one query token per sequence, or
+// q_len ≥ 1 query tokens per sequence (multi-query: a chunked prompt, a later turn, speculative
+// drafts) — and the FP16 baseline it is measured against (one query token).
 //
 // Split-KV in two stages (FlashDecoding): stage 1 — one CTA per (sequence,
 // split, group of kv heads) streams its token range [all heads][slot] once
@@ -16,6 +17,13 @@
 //   out    fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·o_stride_batch + h·o_stride_head + j
 //   q head h reads kv head h / (n_q_heads / n_kv_heads) (consecutive q heads share a kv head)
 //   out = softmax(attn_scale · q·K̂ᵀ) V̂ over positions [0, seq_lens[i]) of sequence i,
+//
+// Multi-query (q_len > 1; quantized decode, vLLM layout): query j < q_len of sequence i is at
+// i·q_stride_batch + j·q_stride_token + h·q_stride_head (out likewise) and attends to positions
+// [0, seq_lens[i] − q_len + j] (seq_lens count the chunk's tokens, already stored: causal within the
+// chunk; a sequence shorter than q_len gives zero rows for the queries that see no position).
+// The q_len · G query rows of a kv head are the columns of one kernel, so each cache page is
+// read once per 16 columns (8 for the formats whose kernels have 8 warps), not once per query.
 //   K̂, V̂ = the CPU decode of the slots (mse keys scored in the rotated domain;
 //   turbo2/3/4 blocks: scores and the value sum in the block's rotated domain).
 #pragma once
@@ -47,7 +55,13 @@ struct DecodeParams {
   // max_seq_len, batch and SM count.
   int num_splits = 0;
   int max_seq_len = 0;  // ≥ every seq_lens[i]; sizes the auto split count and the merge
+  int q_len = 1;        // query tokens per sequence (1 … kMaxQueryLen; > 1: quantized decode only)
+  int64_t q_stride_token = 0, o_stride_token = 0;  // q_len > 1: query j's offset from query 0 (elements)
 };
+
+// The longest chunk the fused multi-query decode takes: its workspace and partial results grow
+// with q_len · n_q_heads; longer chunks belong to a dequant + dense attention path.
+constexpr int kMaxQueryLen = 128;
 
 // How a decode launch is laid out; from plan_decode*, passed back to the launcher.
 struct DecodePlan {
@@ -75,6 +89,8 @@ struct DecodePlan {
                             // as one tensor-map box instead of 16 per-token copies (the launch falls back to
                             // those if the driver cannot encode the map)
   size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
+                               // (q_len > 1: preceded by the queries and outputs in column order)
+  int q_len = 1;               // the DecodeParams::q_len planned for
   int balance_slots = 0;  // quantized, auto splits, one head group: > 0 when the planner deals the tokens out in
                           // chunks of ⌈Σ tiles / balance_slots⌉ with every sequence's short last chunk on the CTA
                           // slots a one-wave grid leaves idle (B 32 on 132 SMs: 128 CTAs leave 4); items is then

@@ -1,0 +1,128 @@
+"""Chunks of q_len query tokens over a quantized paged cache: which path is faster?
+
+For each q_len, on one shape and one cache (vLLM's paged TurboQuant layout, every
+sequence ctx tokens long, query j seeing positions [0, ctx - q_len + j]), times in
+the same run (CUDA events, median of --reps):
+
+  fused     tqkit's multi-query decode (q_len <= 128): one launch, the cache read once per
+            16 query columns (q_len x heads per kv head)
+  dense     tqkit's dequant of the whole cache to fp16, then torch SDPA with the causal mask
+            aligned to the end (tqkit_torch.decode_dense): the large-chunk path
+  separate  q_len single-query decodes (what vLLM's TurboQuant backend runs for chunks of
+            <= 128 queries), q_len <= 32 only
+  sdpa16    torch SDPA over an uncompressed fp16 cache of the same keys/values (no dequant):
+            the uncompressed engine's cost, for reference
+
+and prints one row per q_len with the ratios, plus one JSON line per row (--json FILE).
+
+    PYTHONPATH=python python python/examples/bench_multi_query.py --format turboquant_4bit_nc \
+        --batch 32 --heads 32 --kv-heads 8 --ctx 32768 --q-lens 1,2,4,8,16,32,64,128,256,512
+"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+
+import tqkit_torch as tq
+
+
+def timed(fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--format", default="turboquant_4bit_nc")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--q-lens", default="1,2,4,8,16,32,64,128,256,512")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    B, H, HKV, D, T, bs = a.batch, a.heads, a.kv_heads, a.head_dim, a.ctx, 16
+    scale = D ** -0.5
+    torch.manual_seed(0)
+    pages = T // bs
+    cache = torch.zeros(B * pages, bs, HKV, tq.slot_bytes(a.format, D), dtype=torch.uint8, device="cuda")
+    table = torch.randperm(B * pages, device="cuda").to(torch.int32).view(B, pages)  # shuffled pages
+    kd = torch.empty(B, HKV, T, D, dtype=torch.half, device="cuda")  # the fp16 cache for sdpa16
+    vd = torch.empty_like(kd)
+    for b in range(B):  # per sequence, to keep the temporaries small
+        k = torch.randn(T, HKV, D, device="cuda", dtype=torch.half)
+        v = torch.randn(T, HKV, D, device="cuda", dtype=torch.half) + 0.3
+        slots = (table[b].to(torch.int64)[:, None] * bs + torch.arange(bs, device="cuda")).reshape(-1)
+        tq.store(k, v, cache, slots, a.format)
+        kd[b], vd[b] = k.transpose(0, 1), v.transpose(0, 1)
+        del k, v
+    lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
+    rows = []
+    print(f"{a.format}, B {B}, {H}/{HKV} heads, d {D}, ctx {T} (ms, medians of {a.reps}; "
+          f"{torch.cuda.get_device_name(0)})")
+    print(f"{'q_len':>6} {'fused':>9} {'dense':>9} {'separate':>9} {'sdpa16':>9} {'dense/fused':>12} "
+          f"{'separate/fused':>15} {'fused/q1':>9}")
+    t_q1 = None
+    for q_len in [int(x) for x in a.q_lens.split(",")]:
+        q = torch.randn(B, q_len, H, D, device="cuda", dtype=torch.half)
+        r = {"format": a.format, "batch": B, "heads": H, "kv_heads": HKV, "head_dim": D, "ctx": T, "q_len": q_len,
+             "device": torch.cuda.get_device_name(0), "reps": a.reps}
+        if q_len <= 128:
+            ws = torch.empty(tq.decode_workspace_bytes(a.format, B, q_len, H, HKV, D, bs, T), dtype=torch.uint8,
+                             device="cuda")
+            out = torch.empty_like(q)
+            qq, oo = (q[:, 0], out[:, 0]) if q_len == 1 else (q, out)
+            r["fused_ms"] = timed(lambda: tq.decode_out(oo, qq, cache, table, lens, ws, a.format, scale, T), a.reps)
+            if q_len == 1:
+                t_q1 = r["fused_ms"]
+            if t_q1:
+                r["fused_over_q1"] = r["fused_ms"] / t_q1
+        if q_len >= 2:
+            r["dense_ms"] = timed(lambda: tq.decode_dense(q, cache, table, lens, a.format, scale, T), a.reps)
+        if 2 <= q_len <= 32:
+            ws1 = torch.empty(tq.decode_workspace_bytes(a.format, B, 1, H, HKV, D, bs, T), dtype=torch.uint8,
+                              device="cuda")
+            q1 = [q[:, j].contiguous() for j in range(q_len)]
+            o1 = torch.empty_like(q1[0])
+
+            def separate():
+                for j in range(q_len):
+                    tq.decode_out(o1, q1[j], cache, table, lens, ws1, a.format, scale, T)
+            r["separate_ms"] = timed(separate, a.reps)
+        qt = q.transpose(1, 2)
+        try:
+            from torch.nn.attention.bias import causal_lower_right
+            mask = causal_lower_right(q_len, T) if q_len > 1 else None
+        except ImportError:
+            mask = None
+        r["sdpa16_ms"] = timed(lambda: F.scaled_dot_product_attention(qt, kd, vd, attn_mask=mask, scale=scale,
+                                                                      enable_gqa=True), a.reps)
+        if "fused_ms" in r and "dense_ms" in r:
+            r["dense_over_fused"] = r["dense_ms"] / r["fused_ms"]
+        if "fused_ms" in r and "separate_ms" in r:
+            r["separate_over_fused"] = r["separate_ms"] / r["fused_ms"]
+        rows.append(r)
+        f = lambda k, w=9, p=4: f"{r[k]:>{w}.{p}f}" if k in r else f"{'-':>{w}}"
+        print(f"{q_len:>6} {f('fused_ms')} {f('dense_ms')} {f('separate_ms')} {f('sdpa16_ms')} "
+              f"{f('dense_over_fused', 12, 2)} {f('separate_over_fused', 15, 2)} {f('fused_over_q1', 9, 2)}")
+        del q, qt
+    if a.json:
+        with open(a.json, "w") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
