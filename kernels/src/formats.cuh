@@ -39,50 +39,37 @@ inline void dispatch_head_dim(int d, Fn&& fn) {
   }
 }
 
-// All formats the store and dequant kernels implement.
-template <class Fn>
-inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
-  const int d = f.head_dim;
-  if (f.key == KeyKind::mse && f.value == ValueKind::uniform) {
-    if (f.key_bits == 4 && f.value_bits == 4) return dispatch_head_dim<KeyKind::mse, 4, ValueKind::uniform, 4>(d, fn);
-    if (f.key_bits == 3 && f.value_bits == 4) return dispatch_head_dim<KeyKind::mse, 3, ValueKind::uniform, 4>(d, fn);
-    if (f.key_bits == 3 && f.value_bits == 3) return dispatch_head_dim<KeyKind::mse, 3, ValueKind::uniform, 3>(d, fn);
-    if (f.key_bits == 4 && f.value_bits == 3) return dispatch_head_dim<KeyKind::mse, 4, ValueKind::uniform, 3>(d, fn);
+// f's row of the GPU codec table (TQ_GPU_CODECS) as its FormatCfg at f.head_dim: fn(FormatCfg<…>{}).
+// kDecode: only the rows the paged decode implements (the others are not instantiated here).
+// Returns false when no row matches.
+template <bool kDecode, class Fn>
+inline bool dispatch_codec_row(const KernelFormat& f, Fn&& fn) {
+  bool found = false;
+#define TQ_DISPATCH_ROW(KK, KB, VK, VB, DEC, NAME)                                                                \
+  if constexpr (!kDecode || (DEC) != 0) {                                                                          \
+    if (!found && f.key == KeyKind::KK && f.key_bits == KB && f.value == ValueKind::VK && f.value_bits == VB) {   \
+      found = true;                                                                                                \
+      dispatch_head_dim<KeyKind::KK, KB, ValueKind::VK, VB>(f.head_dim, fn);                                       \
+    }                                                                                                              \
   }
-  if (f.key == KeyKind::fp8 && f.value == ValueKind::uniform) {
-    if (f.value_bits == 4) return dispatch_head_dim<KeyKind::fp8, 8, ValueKind::uniform, 4>(d, fn);
-    if (f.value_bits == 3) return dispatch_head_dim<KeyKind::fp8, 8, ValueKind::uniform, 3>(d, fn);
-  }
-  if (f.key == KeyKind::turbo && f.value == ValueKind::turbo) {
-    if (f.key_bits == 2) return dispatch_head_dim<KeyKind::turbo, 2, ValueKind::turbo, 2>(d, fn);
-    if (f.key_bits == 3) return dispatch_head_dim<KeyKind::turbo, 3, ValueKind::turbo, 3>(d, fn);
-    if (f.key_bits == 4) return dispatch_head_dim<KeyKind::turbo, 4, ValueKind::turbo, 4>(d, fn);
-  }
-  if (f.key == KeyKind::turbo_qjl && f.value == ValueKind::turbo_qjl && f.key_bits == 3)
-    return dispatch_head_dim<KeyKind::turbo_qjl, 3, ValueKind::turbo_qjl, 3>(d, fn);
-  throw_error("GPU kernels: no kernel instantiated for this key/value codec combination");
+  TQ_GPU_CODECS(TQ_DISPATCH_ROW)
+#undef TQ_DISPATCH_ROW
+  return found;
 }
 
-// The subset the paged decode kernel implements (the vLLM presets, turbo2/3/4, turbo4-qjl).
+// All formats the store and dequant kernels implement (every row of the table).
+template <class Fn>
+inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
+  if (!dispatch_codec_row<false>(f, fn))
+    throw_error("GPU kernels: no kernel instantiated for this key/value codec combination");
+}
+
+// The rows the paged decode kernel implements (each instantiated in its decode_<codec>.cu).
 template <class Fn>
 inline void dispatch_decode_format(const KernelFormat& f, Fn&& fn) {
-  const int d = f.head_dim;
-  if (f.key == KeyKind::mse && f.value == ValueKind::uniform) {
-    if (f.key_bits == 4 && f.value_bits == 4) return dispatch_head_dim<KeyKind::mse, 4, ValueKind::uniform, 4>(d, fn);
-    if (f.key_bits == 3 && f.value_bits == 4) return dispatch_head_dim<KeyKind::mse, 3, ValueKind::uniform, 4>(d, fn);
-    if (f.key_bits == 3 && f.value_bits == 3) return dispatch_head_dim<KeyKind::mse, 3, ValueKind::uniform, 3>(d, fn);
-  }
-  if (f.key == KeyKind::fp8 && f.value == ValueKind::uniform && f.value_bits == 4)
-    return dispatch_head_dim<KeyKind::fp8, 8, ValueKind::uniform, 4>(d, fn);
-  if (f.key == KeyKind::turbo && f.value == ValueKind::turbo) {
-    if (f.key_bits == 4) return dispatch_head_dim<KeyKind::turbo, 4, ValueKind::turbo, 4>(d, fn);
-    if (f.key_bits == 3) return dispatch_head_dim<KeyKind::turbo, 3, ValueKind::turbo, 3>(d, fn);
-    if (f.key_bits == 2) return dispatch_head_dim<KeyKind::turbo, 2, ValueKind::turbo, 2>(d, fn);
-  }
-  if (f.key == KeyKind::turbo_qjl && f.value == ValueKind::turbo_qjl && f.key_bits == 3)
-    return dispatch_head_dim<KeyKind::turbo_qjl, 3, ValueKind::turbo_qjl, 3>(d, fn);
-  throw_error("paged decode: no kernel for this key/value codec combination (decode implements mse4+u4, mse3+u4, "
-              "mse3+u3 and fp8+u4 — the turboquant_* presets — and turbo2/turbo3/turbo4/turbo4-qjl)");
+  if (!dispatch_codec_row<true>(f, fn))
+    throw_error("paged decode: no kernel for this key/value codec combination (decode_support names the ones "
+                "implemented)");
 }
 
 }  // namespace tq::cuda

@@ -55,7 +55,33 @@ uint32_t sign_mask(const std::vector<float>& s, int word) {
   return m;
 }
 
+// Whether a row of the GPU codec table has these keys (before their codebook is copied: at most 16 levels).
+bool key_row(KeyKind key, int bits) {
+  for (const GpuCodec& c : kGpuCodecs)
+    if (c.key == key && c.key_bits == bits) return true;
+  return false;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace
+
+const GpuCodec* gpu_codec(const KernelFormat& f) {
+  for (const GpuCodec& c : kGpuCodecs)
+    if (c.key == f.key && c.key_bits == f.key_bits && c.value == f.value && c.value_bits == f.value_bits) return &c;
+  return nullptr;
+}
+
+std::vector<std::string> gpu_formats(bool decode_only) {
+  std::vector<std::string> names;
+  for (const GpuCodec& c : kGpuCodecs)
+    if (c.decode || !decode_only) names.emplace_back(c.format);
+  return names;
+}
 
 KernelFormat kernel_format(const KvFormat& f) {
   KernelFormat k;
@@ -68,17 +94,20 @@ KernelFormat kernel_format(const KvFormat& f) {
   TQ_CHECK(d == 64 || d == 128 || d == 256, "GPU kernels: format '{}': head_dim {} not supported (64, 128 or 256)",
            f.name, d);
   auto unsupported = [&](const std::string& why) -> Error {
-    return Error(fmt::format("GPU kernels: format '{}' at head_dim {} not supported: {} (supported: "
-                             "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4, "
-                             "k=mse3|mse4[+nc],v=u3|u4,rot=hadamard; k=fp8,v=u3|u4; turbo2; turbo3; turbo4; "
-                             "turbo4-qjl)",
-                             f.name, d, why));
+    return Error(fmt::format("GPU kernels: format '{}' at head_dim {} not supported: {} (supported: {}; mse specs "
+                             "with rot=hadamard, with or without +nc)",
+                             f.name, d, why, join(gpu_formats())));
+  };
+  // the mapped kinds and bits must be a row of the GPU codec table
+  auto in_table = [&](const KernelFormat& k) -> KernelFormat {
+    if (!gpu_codec(k)) throw unsupported("no GPU codec row for these key/value codecs and bits");
+    return k;
   };
 
   if (const auto* mse = dynamic_cast<const MseCodec*>(f.key.get())) {
     k.key = KeyKind::mse;
     k.key_bits = mse->bits();
-    if (k.key_bits != 3 && k.key_bits != 4) throw unsupported(fmt::format("{}-bit mse keys (3 or 4)", k.key_bits));
+    if (!key_row(KeyKind::mse, k.key_bits)) throw unsupported(fmt::format("{}-bit mse keys", k.key_bits));
     if (mse->norm_mode() == NormMode::fold) throw unsupported("mse +fold norms");
     if (!dynamic_cast<const HadamardRotation*>(&mse->rotation()))
       throw unsupported(fmt::format("rotation '{}' (the kernels implement rot=hadamard)", mse->rotation().name()));
@@ -116,7 +145,7 @@ KernelFormat kernel_format(const KvFormat& f) {
     if (!tv || tv->kind() != tb->kind()) throw unsupported("turbo keys need turbo values of the same kind");
     k.value = qjl ? ValueKind::turbo_qjl : ValueKind::turbo;
     k.value_bits = k.key_bits;
-    return k;
+    return in_table(k);
   } else {
     throw unsupported(fmt::format("key codec '{}'", f.key->name()));
   }
@@ -124,23 +153,19 @@ KernelFormat kernel_format(const KvFormat& f) {
   if (const auto* u = dynamic_cast<const UniformCodec*>(f.value.get())) {
     k.value = ValueKind::uniform;
     k.value_bits = u->bits();
-    if (k.value_bits != 3 && k.value_bits != 4) throw unsupported(fmt::format("u{} values (u3 or u4)", k.value_bits));
   } else {
     throw unsupported(fmt::format("value codec '{}'", f.value->name()));
   }
+  if (!gpu_codec(k))
+    throw unsupported(fmt::format("{}-bit {} keys with u{} values", k.key_bits, k.key == KeyKind::mse ? "mse" : "fp8",
+                                  k.value_bits));
   return k;
 }
 
 std::string decode_support(const KernelFormat& f) {
-  // turbo2/3/4 and turbo4-qjl: one block per head (d = 64, 128) or two (256)
-  if (f.key == KeyKind::turbo || f.key == KeyKind::turbo_qjl) return {};
-  const bool ok = (f.key == KeyKind::mse && ((f.key_bits == 4 && f.value_bits == 4) ||
-                                             (f.key_bits == 3 && (f.value_bits == 4 || f.value_bits == 3)))) ||
-                  (f.key == KeyKind::fp8 && f.value_bits == 4);
-  if (!ok)
-    return fmt::format("format '{}': the paged decode kernel implements mse4+u4, mse3+u4, mse3+u3 and fp8+u4 "
-                       "(the turboquant_* presets)", f.name);
-  return {};
+  // (turbo2/3/4 and turbo4-qjl: one block of 128 per head at d = 64, 128, two at 256)
+  if (const GpuCodec* c = gpu_codec(f); c && c->decode) return {};
+  return fmt::format("format '{}': the paged decode kernel implements {}", f.name, join(gpu_formats(true)));
 }
 
 }  // namespace tq::cuda

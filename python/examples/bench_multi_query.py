@@ -25,30 +25,12 @@ import torch
 import torch.nn.functional as F
 
 import tqkit_torch as tq
-
-
-def timed(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+from _bench import add_shape_args, timed
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--format", default="turboquant_4bit_nc")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--ctx", type=int, default=32768)
+    add_shape_args(ap, batch=32, ctx=32768)
     ap.add_argument("--q-lens", default="1,2,4,8,16,32,64,128,256,512")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default="")

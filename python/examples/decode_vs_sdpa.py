@@ -13,30 +13,12 @@ import torch
 import torch.nn.functional as F
 
 import tqkit_torch as tq
-
-
-def timed(fn, reps=50):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+from _bench import add_shape_args, timed
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--format", default="turboquant_4bit_nc")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--ctx", type=int, default=8192)
+    add_shape_args(ap, batch=8, ctx=8192)
     a = ap.parse_args()
     B, H, HKV, D, T, bs = a.batch, a.heads, a.kv_heads, a.head_dim, a.ctx, 16
     torch.manual_seed(0)

@@ -282,9 +282,12 @@ double run_decode(const DecodeCase& c,
   return check_output(c, F, R, F.pg.lens);
 }
 
-const std::vector<std::string> kDecodeFormats = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-                                                 "turboquant_k8v4", "turbo2", "turbo3", "turbo4", "turbo4-qjl",
-                                                 "f16"};
+// Every format the paged decode implements (the GPU codec table's decode rows), plus our FP16 baseline.
+const std::vector<std::string> kDecodeFormats = [] {
+  auto f = tq::cuda::gpu_formats(/*decode_only=*/true);
+  f.push_back("f16");
+  return f;
+}();
 const std::vector<int> kRagged = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4097};
 
 }  // namespace
@@ -892,12 +895,10 @@ TEST_CASE("decode: multi-query quick subset", "[decode][multi][quick]") {
   for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3", "turbo4-qjl"}) run_multi_query(fmt, true);
 }
 
-TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[decode][graph]") {
-  DecodeCase c;
-  c.fmt = "turboquant_4bit_nc";
-  c.lens = {700, 3000, 64};
-  c.splits = 4;
-  tq::Rng rng(31);
+// Captures one decode of c in a CUDA graph, then replays it once per entry of `lens` (new lengths over
+// the same pages, uploaded before the replay), each output against the float64 reference.
+static void check_graph_replays(const DecodeCase& c, uint64_t seed, const std::vector<std::vector<int>>& lens) {
+  tq::Rng rng(seed);
   Filled F = fill_cache(c, rng);
   DecodeRun R = prepare(c, F, rng);
   cudaStream_t s;
@@ -908,19 +909,24 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
   TQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
   TQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  R.out->fill(0xff);
-  TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
-  TQ_CUDA_CHECK(cudaStreamSynchronize(s));
-  check_output(c, F, R, F.pg.lens);
-  const std::vector<int> shorter = {1, 2999, 17};  // same pages, new lengths, same graph
-  F.lens->upload(shorter);
-  R.out->fill(0xff);
-  TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
-  TQ_CUDA_CHECK(cudaStreamSynchronize(s));
-  check_output(c, F, R, shorter);
+  for (const auto& l : lens) {
+    F.lens->upload(l);
+    R.out->fill(0xff);
+    TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    TQ_CUDA_CHECK(cudaStreamSynchronize(s));
+    check_output(c, F, R, l);
+  }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[decode][graph]") {
+  DecodeCase c;
+  c.fmt = "turboquant_4bit_nc";
+  c.lens = {700, 3000, 64};
+  c.splits = 4;
+  check_graph_replays(c, 31, {c.lens, {1, 2999, 17}});  // the captured lengths, then new ones on the same pages
 }
 
 TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "[decode][graph][multi][quick]") {
@@ -929,27 +935,7 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
   c.q_len = 4;
   c.lens = {700, 3000, 64};
   c.splits = 4;
-  tq::Rng rng(37);
-  Filled F = fill_cache(c, rng);
-  DecodeRun R = prepare(c, F, rng);
-  cudaStream_t s;
-  TQ_CUDA_CHECK(cudaStreamCreate(&s));
-  cudaGraph_t graph;
-  TQ_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  launch(c, F, R, s);
-  TQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec;
-  TQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (const auto& lens : {std::vector<int>{700, 3000, 64}, std::vector<int>{2, 2999, 17}}) {
-    F.lens->upload(lens);
-    R.out->fill(0xff);
-    TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    TQ_CUDA_CHECK(cudaStreamSynchronize(s));
-    check_output(c, F, R, lens);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
+  check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
 }
 
 TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][quick]") {

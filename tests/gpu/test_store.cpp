@@ -20,10 +20,9 @@ namespace {
 
 constexpr uint8_t kPoison = 0xA5;
 
+// Every row of the GPU codec table (the presets, the turbo formats and the spec-only pairs mse4+u3, fp8+u3).
 const std::vector<std::string>& store_formats() {
-  static const std::vector<std::string> f = {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-                                             "turboquant_k8v4",    "turbo2",             "turbo3",
-                                             "turbo4",             "turbo4-qjl"};
+  static const std::vector<std::string> f = tq::cuda::gpu_formats();
   return f;
 }
 

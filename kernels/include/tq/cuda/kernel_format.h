@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tq {
 struct KvFormat;
@@ -53,6 +54,43 @@ struct KernelFormat {
   uint32_t qjl_s1[4] = {}, qjl_s2[4] = {};
   float qjl_scale = 0.f;
 };
+
+// The GPU codec table: one row per key/value codec pair the kernels implement,
+//   X(KEY_KIND, KEY_BITS, VALUE_KIND, VALUE_BITS, DECODE, FORMAT)
+// The store and dequant kernels take every row (formats.cuh: dispatch_format); the paged decode
+// the rows with DECODE = 1 (dispatch_decode_format; each has a kernels/src/decode_<codec>.cu that
+// instantiates it). FORMAT is a format name that selects the row (a preset, a turbo block format
+// or a research spec). kernel_format, decode_support, their messages and the GPU tests' format
+// loops all read this table. A new GPU codec pair: one row, its FormatCfg paths in the kernels and,
+// for the decode, its decode_<codec>.cu.
+#define TQ_GPU_CODECS(X)                              \
+  X(mse, 4, uniform, 4, 1, "turboquant_4bit_nc")      \
+  X(mse, 3, uniform, 4, 1, "turboquant_k3v4_nc")      \
+  X(mse, 3, uniform, 3, 1, "turboquant_3bit_nc")      \
+  X(mse, 4, uniform, 3, 0, "k=mse4+nc,v=u3")          \
+  X(fp8, 8, uniform, 4, 1, "turboquant_k8v4")         \
+  X(fp8, 8, uniform, 3, 0, "k=fp8,v=u3")              \
+  X(turbo, 2, turbo, 2, 1, "turbo2")                  \
+  X(turbo, 3, turbo, 3, 1, "turbo3")                  \
+  X(turbo, 4, turbo, 4, 1, "turbo4")                  \
+  X(turbo_qjl, 3, turbo_qjl, 3, 1, "turbo4-qjl")
+
+struct GpuCodec {
+  KeyKind key;
+  int key_bits;
+  ValueKind value;
+  int value_bits;
+  bool decode;         // the paged decode implements it
+  const char* format;  // a format name selecting it
+};
+#define TQ_GPU_CODEC_ROW(KK, KB, VK, VB, DEC, NAME) GpuCodec{KeyKind::KK, KB, ValueKind::VK, VB, (DEC) != 0, NAME},
+inline constexpr GpuCodec kGpuCodecs[] = {TQ_GPU_CODECS(TQ_GPU_CODEC_ROW)};
+#undef TQ_GPU_CODEC_ROW
+
+// The table row of f's key/value codecs and bits (null: no kernel implements them).
+const GpuCodec* gpu_codec(const KernelFormat& f);
+// The FORMAT names of the table's rows (decode_only: of the rows the paged decode implements).
+std::vector<std::string> gpu_formats(bool decode_only = false);
 
 // Throws tq::Error naming the format when the store and dequant kernels have no
 // path for it (e.g. rot=haar, k=prod3, q8_0 values). Supported: turboquant_4bit_nc,

@@ -1,0 +1,97 @@
+// The GPU codec table (TQ_GPU_CODECS, tq/cuda/kernel_format.h) against the CPU formats it names.
+// Host code only ([host]: runs without a CUDA device, in CI too): every row's format maps to
+// exactly that row, the decode support follows the row, and formats outside the table are refused
+// with the table's names in the message.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "formats.cuh"  // kernels/src: the dispatch (host code)
+#include "tq/cuda/kernel_format.h"
+#include "tq/error.h"
+#include "tq/format.h"
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("format table: every row's format maps to that row at d 64, 128, 256", "[host][formats]") {
+  for (const auto& row : tq::cuda::kGpuCodecs)
+    for (const int d : {64, 128, 256}) {
+      INFO(row.format << " d=" << d);
+      const tq::KvFormat f = tq::make_format(row.format, d);
+      const tq::cuda::KernelFormat k = tq::cuda::kernel_format(f);
+      REQUIRE(k.key == row.key);
+      REQUIRE(k.key_bits == row.key_bits);
+      REQUIRE(k.value == row.value);
+      REQUIRE(k.value_bits == row.value_bits);
+      REQUIRE(tq::cuda::gpu_codec(k) == &row);
+      REQUIRE(tq::cuda::decode_support(k).empty() == row.decode);
+      // the slot the kernels address is the CPU format's slot (key + value records, padded to even)
+      REQUIRE(k.slot_bytes == int(f.slot_bytes()));
+      REQUIRE(k.key_bytes + k.value_bytes <= k.slot_bytes);
+    }
+}
+
+TEST_CASE("format table: rows are distinct and the decode rows are the registered GPU presets", "[host][formats]") {
+  const auto all = tq::cuda::gpu_formats(), dec = tq::cuda::gpu_formats(true);
+  REQUIRE(all.size() == std::size(tq::cuda::kGpuCodecs));
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      const auto &a = tq::cuda::kGpuCodecs[i], &b = tq::cuda::kGpuCodecs[j];
+      INFO(a.format << " vs " << b.format);
+      REQUIRE(!(a.key == b.key && a.key_bits == b.key_bits && a.value == b.value && a.value_bits == b.value_bits));
+    }
+  // the decode rows are named by registered formats (tq-bench --check-dump and the tests loop over them)
+  for (const auto& name : dec) {
+    bool registered = false;
+    for (const auto& e : tq::registered_formats()) registered = registered || e.name == name;
+    INFO(name);
+    REQUIRE(registered);
+  }
+  REQUIRE(dec.size() == 8);  // the four vLLM presets, turbo2/3/4, turbo4-qjl
+}
+
+TEST_CASE("format table: formats without a row are refused, naming the supported ones", "[host][formats]") {
+  for (const char* spec : {"q8_0", "k=mse2+nc,v=u4", "k=mse4+nc,v=u2", "k=fp8,v=u2", "k=mse4+nc,v=u4,rot=haar:1"}) {
+    INFO(spec);
+    REQUIRE_THROWS_WITH(tq::cuda::kernel_format(tq::make_format(spec, 128)),
+                        Contains("not supported") && Contains("turboquant_4bit_nc") && Contains("turbo4-qjl"));
+  }
+  // a row the store has but the decode has not
+  const auto k = tq::cuda::kernel_format(tq::make_format("k=fp8,v=u3", 128));
+  const std::string why = tq::cuda::decode_support(k);
+  REQUIRE_THAT(why, Contains("format 'k=fp8,v=u3'") && Contains("paged decode kernel implements"));
+  const std::string list = why.substr(why.find("implements"));  // the decode rows only
+  REQUIRE_THAT(list, Contains("turboquant_k8v4") && Contains("turbo4-qjl") && !Contains("k=fp8") && !Contains("u3"));
+}
+
+// The launchers' runtime → compile-time dispatch (kernels/src/formats.cuh) picks, for every row and
+// head_dim, the FormatCfg of exactly that row, whose compile-time record sizes are the CPU format's;
+// the decode dispatch takes the decode rows and refuses the others.
+TEST_CASE("format table: the dispatch reaches each row's FormatCfg, with the CPU format's record sizes",
+          "[host][formats]") {
+  for (const auto& row : tq::cuda::kGpuCodecs)
+    for (const int d : {64, 128, 256}) {
+      INFO(row.format << " d=" << d);
+      const tq::cuda::KernelFormat k = tq::cuda::kernel_format(tq::make_format(row.format, d));
+      int calls = 0;
+      auto check = [&](auto cfg) {
+        using C = decltype(cfg);
+        ++calls;
+        REQUIRE(C::kKey == row.key);
+        REQUIRE(C::kKeyBits == row.key_bits);
+        REQUIRE(C::kValue == row.value);
+        REQUIRE(C::kValueBits == row.value_bits);
+        REQUIRE(C::kD == d);
+        REQUIRE(C::kKeyBytes == k.key_bytes);
+        REQUIRE(C::kValueBytes == k.value_bytes);
+      };
+      tq::cuda::dispatch_format(k, check);
+      REQUIRE(calls == 1);
+      if (row.decode) {
+        tq::cuda::dispatch_decode_format(k, check);
+        REQUIRE(calls == 2);
+      } else {
+        REQUIRE_THROWS_WITH(tq::cuda::dispatch_decode_format(k, check), Contains("no kernel"));
+      }
+    }
+}
