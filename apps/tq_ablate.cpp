@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   return tq::run_tool("tq-ablate", app, argc, argv, [&]() -> int {
     if (list_formats) {
-      std::fputs(json ? (tq::list_formats_json(list_head_dim).dump(2) + "\n").c_str() : tq::list_formats_text(list_head_dim).c_str(), stdout);
+      std::fputs(json ? (tq::dump_json(tq::list_formats_json(list_head_dim), 2) + "\n").c_str() : tq::list_formats_text(list_head_dim).c_str(), stdout);
       return 0;
     }
     cfg.command = "tq-ablate";
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     std::string csv = tq::metrics_csv_header() + "\n";
     for (const auto& r : res.rows) csv += tq::metrics_csv_row(r) + "\n";
     tq::write_output(out_dir + "/metrics.csv", csv);
-    tq::write_output(out_dir + "/summary.json", tq::ablation_summary_json(res).dump(1) + "\n");
+    tq::write_output(out_dir + "/summary.json", tq::dump_json(tq::ablation_summary_json(res), 1) + "\n");
     const std::vector<std::string> plots = no_plots ? std::vector<std::string>{} : draw_plots(out_dir);
     tq::write_output(out_dir + "/report.md", tq::ablation_report_markdown(res, plots));
     std::fputs(tq::ablation_summary_table(res).c_str(), stdout);

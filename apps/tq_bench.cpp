@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/report.h"
 #include "common/app.h"
 #include "tq/attention.h"
 #include "tq/error.h"
@@ -65,16 +66,16 @@ int64_t total_tokens(const Args& a) {
 // lines that print it; empty without --model.
 struct ModelMemory {
   std::string name;
-  double bytes = 0, f16_bytes = 0;
+  int64_t bytes = 0, f16_bytes = 0;
 };
 std::vector<ModelMemory> model_memory(const Args& a, const std::vector<std::string>& names) {
   std::vector<ModelMemory> out;
   if (!a.shape) return out;
   const tq::ModelShape& m = *a.shape;
-  const double per_head = double(tq::cached_tokens_all_layers(m, a.ctx)) * m.kv_heads;
+  const int64_t per_head = tq::cached_tokens_all_layers(m, a.ctx) * m.kv_heads;  // token-heads
   for (const auto& n : names) {
     if (n == "f16") continue;
-    out.push_back({n, per_head * tq::make_format(n, a.head_dim).slot_bytes(), per_head * 4.0 * a.head_dim});
+    out.push_back({n, per_head * int64_t(tq::make_format(n, a.head_dim).slot_bytes()), per_head * 4 * a.head_dim});
   }
   return out;
 }
@@ -86,29 +87,18 @@ void print_model_memory(const Args& a, const std::vector<ModelMemory>& mem) {
               m.sliding_layers ? fmt::format(" (its {} windowed layers keep {} tokens)", m.sliding_layers,
                                              std::min(a.ctx, m.window)).c_str()
                                : "",
-              mem.front().f16_bytes / 1e9);
+              double(mem.front().f16_bytes) / 1e9);
   for (const auto& x : mem)
-    std::printf("  %-28s %.3f GB (%.2fx smaller)\n", x.name.c_str(), x.bytes / 1e9, x.f16_bytes / x.bytes);
-}
-tq::Json shape_json(const tq::ModelShape& m) {
-  tq::Json j = tq::Json::object();
-  j.set("name", std::string(m.name));
-  j.set("source", std::string(m.source));
-  j.set("q_heads", m.q_heads);
-  j.set("kv_heads", m.kv_heads);
-  j.set("head_dim", m.head_dim);
-  j.set("layers", m.layers);
-  j.set("sliding_layers", m.sliding_layers);
-  j.set("window", m.window);
-  return j;
+    std::printf("  %-28s %.3f GB (%.2fx smaller)\n", x.name.c_str(), double(x.bytes) / 1e9,
+                double(x.f16_bytes) / double(x.bytes));
 }
 // A format row's "model": the shape and, for a quantized format, its KV cache per sequence.
 tq::Json model_json(const Args& a, const std::vector<ModelMemory>& mem, const std::string& format) {
-  tq::Json j = shape_json(*a.shape);
+  tq::Json j = *a.shape;
   const auto it = std::find_if(mem.begin(), mem.end(), [&](const ModelMemory& x) { return x.name == format; });
   if (it != mem.end()) {
-    j.set("kv_bytes_per_seq", it->bytes);  // one ctx-token sequence, every layer
-    j.set("f16_kv_bytes_per_seq", it->f16_bytes);
+    j["kv_bytes_per_seq"] = it->bytes;  // one ctx-token sequence, every layer
+    j["f16_kv_bytes_per_seq"] = it->f16_bytes;
   }
   return j;
 }
@@ -171,8 +161,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int list_models(bool json) {
   if (json) {
     tq::Json rows = tq::Json::array();
-    for (const tq::ModelShape& m : tq::model_shapes()) rows.push(shape_json(m));
-    std::printf("%s\n", rows.dump(2).c_str());
+    for (const tq::ModelShape& m : tq::model_shapes()) rows.push_back(m);
+    std::printf("%s\n", tq::dump_json(rows, 2).c_str());
     return 0;
   }
   tq::Table t({"model", "q_heads", "kv_heads", "group", "head_dim", "layers", "windowed", "config"});
@@ -219,24 +209,23 @@ int run_cpu(const Args& a) {
     tq::decode_attention(f, q.data(), g, slots.data(), nd, float(1.0 / std::sqrt(double(a.head_dim))), out.data());
     const double dec_s = seconds_since(t0);
     const double est_ms = dec_s * 1e3 * a.kv_heads * (double(total_tokens(a)) / double(nd));
-    tq::Json j = tq::Json::object();
-    j.set("format", name);
-    j.set("mode", "cpu");
-    j.set("slot_bytes", f.slot_bytes());
-    j.set("encode_vectors", n_enc);
-    j.set("encode_mvec_per_s", double(n_enc) / enc_s / 1e6);
-    j.set("dequant_mvec_per_s", double(n_enc) / deq_s / 1e6);
-    j.set("decode_tokens", nd);
-    j.set("decode_ms_one_head", dec_s * 1e3);
-    j.set("decode_est_ms_full_shape", est_ms);
-    if (a.shape) j.set("model", model_json(a, mem, name));
-    rows.push(std::move(j));
+    tq::Json j = {{"format", name},
+                  {"mode", "cpu"},
+                  {"slot_bytes", f.slot_bytes()},
+                  {"encode_vectors", n_enc},
+                  {"encode_mvec_per_s", double(n_enc) / enc_s / 1e6},
+                  {"dequant_mvec_per_s", double(n_enc) / deq_s / 1e6},
+                  {"decode_tokens", nd},
+                  {"decode_ms_one_head", dec_s * 1e3},
+                  {"decode_est_ms_full_shape", est_ms}};
+    if (a.shape) j["model"] = model_json(a, mem, name);
+    rows.push_back(std::move(j));
     table.add({name, std::to_string(f.slot_bytes()), fmt::format("{:.2f}", double(n_enc) / enc_s / 1e6),
                fmt::format("{:.2f}", double(n_enc) / deq_s / 1e6), fmt::format("{:.3f}", dec_s * 1e3),
                std::to_string(nd), fmt::format("{:.1f}", est_ms)});
   }
   if (a.json) {
-    std::printf("%s\n", rows.dump(2).c_str());
+    std::printf("%s\n", tq::dump_json(rows, 2).c_str());
   } else {
     std::printf("tq-bench --cpu (single thread, CPU reference codecs), %s\n%s", shape_text(a).c_str(),
                 table.text().c_str());
@@ -280,21 +269,7 @@ int run_gpu(const Args& a) {
                                    "store_Mtok/s", "store_GB/s", "store_%copy"};
   if (deq) head.insert(head.end(), {"dequant_ms", "dequant_GB/s", "dequant_%copy"});
   tq::Table table(head);
-  std::vector<std::string> base_row = {"f16 (baseline)", std::to_string(4 * a.head_dim),
-                                       fmt::format("{:.1f}", double(base.kv_bytes) / 1e6),
-                                       fmt::format("{:.4f}", base.t.median_ms), fmt::format("{:.0f}", base.gbps),
-                                       fmt::format("{:.1f}", 100 * base.gbps / copy.gbps), "1.00",
-                                       std::to_string(base.plan.num_splits), "-", "-", "-"};
-  if (deq) base_row.insert(base_row.end(), {"-", "-", "-"});
-  table.add(base_row);
-  auto timing_json = [](const tq::cuda::Timing& t) {
-    tq::Json j = tq::Json::object();
-    j.set("median_ms", t.median_ms);
-    j.set("min_ms", t.min_ms);
-    j.set("max_ms", t.max_ms);
-    j.set("reps", t.reps);
-    return j;
-  };
+  table.add(tq::bench::f16_baseline_cells(base, copy, a.head_dim, deq));
   // The dequants run after every decode and store: a dequant moves ~3.5 TB/s for a few hundred
   // ms, and the decode timed right after it ran up to 12% slower, so the decode and
   // store figures do not depend on --dequant.
@@ -321,94 +296,56 @@ int run_gpu(const Args& a) {
     }
     tq::cuda::BenchShape sl = s;
     sl.planes = planes;
-    tq::Json j = tq::Json::object();
-    j.set("format", name);
-    j.set("layout", planes ? "planes" : "vllm");
-    j.set("mode", "gpu");
-    j.set("device", dev.name);
-    j.set("batch", a.batch);
-    j.set("q_heads", a.q_heads);
-    j.set("kv_heads", a.kv_heads);
-    j.set("head_dim", a.head_dim);
-    j.set("ctx", a.ctx);  // the longest sequence
-    if (!a.seq_lens.empty()) j.set("seq_lens", a.seq_lens_spec);
-    j.set("total_tokens", double(total_tokens(a)));
-    j.set("block_size", a.block_size);
-    j.set("pages", a.pages);
-    j.set("slot_bytes", f.slot_bytes());
-    j.set("copy_gbps", copy.gbps);
-    j.set("copy_bytes", double(copy.bytes));
-    if (a.shape) j.set("model", model_json(a, mem, name));
+    tq::Json j = {{"format", name},   {"layout", planes ? "planes" : "vllm"},
+                  {"mode", "gpu"},    {"device", dev.name},
+                  {"batch", a.batch}, {"q_heads", a.q_heads},
+                  {"kv_heads", a.kv_heads}, {"head_dim", a.head_dim},
+                  {"ctx", a.ctx}};  // the longest sequence
+    if (!a.seq_lens.empty()) j["seq_lens"] = a.seq_lens_spec;
+    j["total_tokens"] = total_tokens(a);
+    j["block_size"] = a.block_size;
+    j["pages"] = a.pages;
+    j["slot_bytes"] = f.slot_bytes();
+    j["copy_gbps"] = copy.gbps;
+    j["copy_bytes"] = copy.bytes;
+    if (a.shape) j["model"] = model_json(a, mem, name);
     std::vector<std::string> row = {planes ? name + " [planes]" : name, std::to_string(f.slot_bytes())};
     std::string why = tq::cuda::decode_support(kf);
     if (why.empty()) why = tq::cuda::decode_heads_support(kf, a.kv_heads);
     if (why.empty()) {
       const auto d = tq::cuda::bench_decode(f, sl, o);
-      tq::Json dj = timing_json(d.t);
-      dj.set("kv_bytes", double(d.kv_bytes));
-      dj.set("gbps", d.gbps);
-      dj.set("pct_copy", 100 * d.gbps / copy.gbps);
-      dj.set("num_splits", d.plan.num_splits);
-      dj.set("items", d.plan.items);  // CTAs per head group the batch's tokens are dealt out over
-      dj.set("balance_slots", d.plan.balance_slots);  // > 0: short last chunks on the CTA slots a wave leaves idle
-      dj.set("parts", d.plan.parts);
-      dj.set("heads_per_cta", d.plan.heads_per_cta);
-      dj.set("tensor_map", d.plan.tensor_map);  // 16-token page slices as tensor-map boxes (CTAs of some heads)
-      // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once, or 1 with
-      // query_slices 2: both slices of 8 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)
-      dj.set("query_passes", d.plan.query_passes);
-      dj.set("query_slices", d.plan.query_slices);
-      dj.set("ctas_per_sm", d.plan.ctas_per_sm);
-      dj.set("smem_bytes", d.plan.smem_bytes);
-      dj.set("cache_copies", d.copies);
-      dj.set("f16_median_ms", base.t.median_ms);
-      dj.set("f16_gbps", base.gbps);
-      dj.set("f16_num_splits", base.plan.num_splits);
-      dj.set("f16_query_passes", base.plan.query_passes);  // the FP16 decode's reads of the cache
-      dj.set("speedup_vs_f16", base.t.median_ms / d.t.median_ms);
-      j.set("decode", std::move(dj));
-      row.insert(row.end(), {fmt::format("{:.1f}", double(d.kv_bytes) / 1e6), fmt::format("{:.4f}", d.t.median_ms),
-                             fmt::format("{:.0f}", d.gbps), fmt::format("{:.1f}", 100 * d.gbps / copy.gbps),
-                             fmt::format("{:.2f}", base.t.median_ms / d.t.median_ms),
-                             std::to_string(d.plan.num_splits)});
+      const tq::bench::DecodeReport r{d, base, copy};
+      j["decode"] = r;
+      const auto cells = table_cells(r);
+      row.insert(row.end(), cells.begin(), cells.end());
     } else {
-      j.set("decode", why);
+      j["decode"] = why;
       no_decode.push_back(why);
       row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
     }
     const auto st = tq::cuda::bench_store(f, sl, store_tokens, o);
-    tq::Json sj = timing_json(st.t);
-    sj.set("tokens", double(st.tokens));
-    sj.set("bytes", double(st.bytes));
-    sj.set("gbps", st.gbps);
-    sj.set("pct_copy", 100 * st.gbps / copy.gbps);
-    sj.set("tokens_per_s", st.tokens_per_s);
-    j.set("store", std::move(sj));
-    row.insert(row.end(), {fmt::format("{:.1f}", st.tokens_per_s / 1e6), fmt::format("{:.0f}", st.gbps),
-                           fmt::format("{:.1f}", 100 * st.gbps / copy.gbps)});
+    const tq::bench::StoreReport sr{st, copy};
+    j["store"] = sr;
+    const auto cells = table_cells(sr);
+    row.insert(row.end(), cells.begin(), cells.end());
     done.push_back({f, sl, std::move(j), std::move(row)});
   }
   for (auto& [f, sl, j, row] : done) {
     if (deq && sl.planes) {
-      j.set("dequant", "dequant reads the vLLM cache layout only");
+      j["dequant"] = "dequant reads the vLLM cache layout only";
       row.insert(row.end(), {"-", "-", "-"});
     } else if (deq) {
       const auto dq = tq::cuda::bench_dequant(f, sl, dtype, o);
-      tq::Json qj = timing_json(dq.t);
-      qj.set("dtype", a.dequant);
-      qj.set("bytes", double(dq.bytes));
-      qj.set("gbps", dq.gbps);
-      qj.set("pct_copy", 100 * dq.gbps / copy.gbps);
-      qj.set("cache_copies", dq.copies);
-      j.set("dequant", std::move(qj));
-      row.insert(row.end(), {fmt::format("{:.4f}", dq.t.median_ms), fmt::format("{:.0f}", dq.gbps),
-                             fmt::format("{:.1f}", 100 * dq.gbps / copy.gbps)});
+      const tq::bench::DequantReport r{dq, a.dequant, copy};
+      j["dequant"] = r;
+      const auto cells = table_cells(r);
+      row.insert(row.end(), cells.begin(), cells.end());
     }
     table.add(row);
-    rows.push(std::move(j));
+    rows.push_back(std::move(j));
   }
   if (a.json) {
-    std::printf("%s\n", rows.dump(2).c_str());
+    std::printf("%s\n", tq::dump_json(rows, 2).c_str());
   } else {
     std::printf("tq-bench on %s (%d SMs): %s, splits %s\n", dev.name.c_str(), dev.sm_count, shape_text(a).c_str(),
                 a.splits ? std::to_string(a.splits).c_str() : "auto");
@@ -439,35 +376,20 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
     const tq::KvFormat f = tq::make_format(name, a.head_dim);
     for (const int q_len : a.q_lens) {
       const auto m = tq::cuda::bench_multi_query(f, s, q_len, o);
-      tq::Json j = tq::Json::object();
-      j.set("format", name);
-      j.set("mode", "gpu-multi-query");
-      j.set("device", dev.name);
-      j.set("batch", a.batch);
-      j.set("q_heads", a.q_heads);
-      j.set("kv_heads", a.kv_heads);
-      j.set("head_dim", a.head_dim);
-      j.set("ctx", a.ctx);
-      j.set("q_len", q_len);
-      j.set("fused_ms", m.fused.median_ms);
-      j.set("single_ms", m.single.median_ms);
-      j.set("separate_ms", m.separate.median_ms);
-      j.set("fused_over_single", m.fused.median_ms / m.single.median_ms);
-      j.set("separate_over_fused", m.separate.median_ms / m.fused.median_ms);
-      j.set("pct_copy", 100 * m.gbps / copy.gbps);
-      j.set("query_passes", m.plan.query_passes);  // launches over the cache (16 or 8 columns each)
-      j.set("num_splits", m.plan.num_splits);
-      j.set("copy_gbps", copy.gbps);
-      j.set("reps", m.fused.reps);
-      rows.push(std::move(j));
-      table.add({name, std::to_string(q_len), fmt::format("{:.4f}", m.fused.median_ms),
-                 fmt::format("{:.1f}", 100 * m.gbps / copy.gbps), fmt::format("{:.4f}", m.single.median_ms),
-                 fmt::format("{:.2f}", m.fused.median_ms / m.single.median_ms), fmt::format("{:.4f}", m.separate.median_ms),
-                 fmt::format("{:.2f}", m.separate.median_ms / m.fused.median_ms), std::to_string(m.plan.query_passes)});
+      const tq::bench::MultiQueryReport r{m, copy};
+      tq::Json j = {{"format", name},         {"mode", "gpu-multi-query"}, {"device", dev.name},
+                    {"batch", a.batch},       {"q_heads", a.q_heads},      {"kv_heads", a.kv_heads},
+                    {"head_dim", a.head_dim}, {"ctx", a.ctx}};
+      j.update(tq::Json(r));  // q_len … reps after the shape
+      rows.push_back(std::move(j));
+      tq::bench::Cells cells = {name};
+      const auto more = table_cells(r);
+      cells.insert(cells.end(), more.begin(), more.end());
+      table.add(cells);
     }
   }
   if (a.json) {
-    std::printf("%s\n", rows.dump(2).c_str());
+    std::printf("%s\n", tq::dump_json(rows, 2).c_str());
   } else {
     std::printf("tq-bench multi-query on %s (%d SMs): %s; device copy %.0f GB/s; medians of %d launches\n"
                 "fused: one decode of q_len queries per sequence (causal within the chunk); q_len1: one query; "
@@ -509,32 +431,14 @@ int run_simulate_lut(const Args& a, const tq::KvDump& dump, const std::vector<in
     for (const auto& name : names) {
       const tq::KvFormat f = tq::make_format(name, h.head_dim);
       const auto c = tq::cuda::simulate_lut_layer(f, L, h.n_heads, h.n_kv_heads, h.head_dim, o);
-      tq::Json j = tq::Json::object();
-      j.set("layer", l);
-      j.set("format", name);
-      j.set("tokens", double(c.tokens));
-      j.set("sliding_window", double(c.window));
-      if (!c.not_run.empty()) {
-        j.set("result", "not simulated");
-        j.set("why", c.not_run);
-        table.add({std::to_string(l), name, std::to_string(c.tokens), "-", "-", "-", "not simulated: " + c.not_run});
-      } else {
-        const bool hi = c.decode_rel > o.tolerance;
-        over += hi;
-        j.set("result", "simulated");
-        j.set("positions", c.positions);
-        j.set("lut_max_rel_err", c.decode_rel);
-        j.set("worst_position", c.worst_position);
-        j.set("worst_q_head", c.worst_head);
-        table.add({std::to_string(l), name, std::to_string(c.tokens), std::to_string(c.positions),
-                   fmt::format("{:.2e}", c.decode_rel), fmt::format("({},{})", c.worst_position, c.worst_head),
-                   hi ? fmt::format("above the decode tolerance {:.0e}", o.tolerance) : ""});
-      }
-      rows.push(std::move(j));
+      const tq::bench::LutReport r{c, name, o.tolerance};
+      over += r.above();
+      rows.push_back(r);
+      table.add(table_cells(r));
     }
   }
   if (a.json) {
-    std::printf("%s\n", rows.dump(2).c_str());
+    std::printf("%s\n", tq::dump_json(rows, 2).c_str());
   } else {
     std::printf("tq-bench --check-dump %s --simulate-lut (no GPU; a float64 simulation, not a check of the kernels): "
                 "%s (%s), %lld tokens, %d q heads / %d kv heads, head_dim %d\n",
@@ -594,58 +498,16 @@ int run_check_dump(const Args& a) {
     for (const auto& name : row_names) {
       const tq::KvFormat f = name.empty() ? tq::KvFormat{} : tq::make_format(name, h.head_dim);
       const auto c = tq::cuda::check_dump_layer(name.empty() ? nullptr : &f, L, h.n_heads, h.n_kv_heads, h.head_dim, o);
-      // a format with store and dequant kernels but no decode (or a shape the decode refuses):
-      // its store and dequant results still count
-      const bool partial = !c.not_run.empty() && c.slots > 0;
-      const bool ok = partial ? c.store_mismatches == 0 && c.dequant_mismatches == 0 : c.passed(o.tolerance);
-      const std::string label = name.empty() ? "f16 (baseline decode)" : name;
-      tq::Json j = tq::Json::object();
-      j.set("layer", l);
-      j.set("format", name.empty() ? "f16-baseline" : name);
-      j.set("tokens", double(c.tokens));
-      j.set("sliding_window", double(c.window));
-      if (!c.not_run.empty() && !partial) {
-        ++not_run;
-        j.set("result", "not run");
-        j.set("why", c.not_run);
-        table.add({std::to_string(l), label, std::to_string(c.tokens), "-", "-", "-", "-", "-", "-",
-                   "not run: " + c.not_run});
-        rows.push(std::move(j));
-        continue;
-      }
-      ok ? ++passed : ++failed;
-      if (name.empty()) {
-        j.set("store", "-");
-      } else {
-        j.set("slots", double(c.slots));
-        j.set("store_mismatched_slots", double(c.store_mismatches));
-        if (c.store_mismatches) j.set("first_mismatch", fmt::format("token {} head {} byte {}", c.bad_token, c.bad_head, c.bad_byte));
-        j.set("dequant_values", double(c.dequant_values));
-        j.set("dequant_mismatches", double(c.dequant_mismatches));
-      }
-      const std::string result = !ok ? "FAIL" : partial ? "pass (store, dequant); not run: " + c.not_run : "pass";
-      if (partial) {
-        j.set("decode", c.not_run);
-      } else {
-        j.set("positions", c.positions);
-        j.set("decode_max_rel_err", c.decode_rel);
-        j.set("worst_position", c.worst_position);
-        j.set("worst_q_head", c.worst_head);
-        j.set("num_splits", c.splits);
-        j.set("parts", c.parts);
-      }
-      j.set("result", ok ? "pass" : "FAIL");
-      rows.push(std::move(j));
-      table.add({std::to_string(l), label, std::to_string(c.tokens), partial ? "-" : std::to_string(c.positions),
-                 name.empty() ? "-" : fmt::format("{}/{}", c.store_mismatches, c.slots),
-                 name.empty() ? "-" : fmt::format("{}/{}", c.dequant_mismatches, c.dequant_values),
-                 partial ? "-" : fmt::format("{:.2e}", c.decode_rel),
-                 partial ? "-" : fmt::format("({},{})", c.worst_position, c.worst_head),
-                 partial ? "-" : std::to_string(c.splits), result});
+      const tq::bench::DumpCheckReport r{c, name, o.tolerance};
+      if (r.not_run()) ++not_run;
+      else if (r.ok()) ++passed;
+      else ++failed;
+      rows.push_back(r);
+      table.add(table_cells(r));
     }
   }
   if (a.json) {
-    std::printf("%s\n", rows.dump(2).c_str());
+    std::printf("%s\n", tq::dump_json(rows, 2).c_str());
   } else {
     std::printf("tq-bench --check-dump %s on %s: %s (%s), %lld tokens, %d q heads / %d kv heads, head_dim %d\n",
                 a.check_dump.c_str(), dev.name.c_str(), h.model.c_str(), h.arch.c_str(),
@@ -750,7 +612,7 @@ int main(int argc, char** argv) {
       a.head_dim = a.shape->head_dim;
     }
     if (a.list) {
-      if (a.json) std::printf("%s\n", tq::list_formats_json(a.head_dim).dump(2).c_str());
+      if (a.json) std::printf("%s\n", tq::dump_json(tq::list_formats_json(a.head_dim), 2).c_str());
       else std::fputs(tq::list_formats_text(a.head_dim).c_str(), stdout);
       return 0;
     }

@@ -51,16 +51,16 @@ int main(int argc, char** argv) {
     std::string out;
     if (*solve) {
       const tq::Codebook cb = tq::solve_codebook(dist, d, bits);
-      out = json ? tq::codebook_json(cb).dump(2) + "\n" : tq::codebook_text(cb);
+      out = json ? tq::dump_json(cb, 2) + "\n" : tq::codebook_text(cb);
     } else if (*compare) {
       const auto values = tq::parse_number_list(table_str, "--table");
       const tq::CodebookComparison c = tq::compare_codebook(values, tq::parse_distribution(dist), d, bits);
-      out = json ? tq::comparison_json(c).dump(2) + "\n" : tq::comparison_text(c);
+      out = json ? tq::dump_json(c, 2) + "\n" : tq::comparison_text(c);
     } else if (*table) {
-      out = json ? tq::distortion_table_json(d).dump(2) + "\n" : tq::distortion_table_text(d);
+      out = json ? tq::dump_json(tq::distortion_table_json(d), 2) + "\n" : tq::distortion_table_text(d);
     } else if (*exp) {
       const tq::Codebook cb = tq::solve_codebook(dist, d, bits);
-      if (format == "json") out = tq::codebook_json(cb).dump(2) + "\n";
+      if (format == "json") out = tq::dump_json(cb, 2) + "\n";
       else if (format == "csv") out = tq::codebook_csv(cb);
       else if (format == "cpp") out = tq::codebook_cpp_header(cb, fmt::format("tq-codebook export --dist {} --d {} --bits {} --format cpp", dist, d, bits));
       else TQ_THROW("unknown export format '{}' (expected json, csv or cpp)", format);

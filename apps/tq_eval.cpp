@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
 
   return tq::run_tool("tq-eval", app, argc, argv, [&]() -> int {
     if (list_formats) {
-      std::fputs(json ? (tq::list_formats_json(list_head_dim).dump(2) + "\n").c_str()
+      std::fputs(json ? (tq::dump_json(tq::list_formats_json(list_head_dim), 2) + "\n").c_str()
                       : tq::list_formats_text(list_head_dim).c_str(),
                  stdout);
       return 0;
@@ -101,12 +101,16 @@ int main(int argc, char** argv) {
       if (json) {
         tq::Json arr = tq::Json::array();
         for (const auto& r : results) {
-          tq::Json j = r.to_json(trials);
-          j.set("model", c.name).set("arch", c.arch).set("source_file", model_path).set("text", text_path);
-          j.set("skip_layers", skip_layers).set("seed", double(pk.seed));
-          arr.push(std::move(j));
+          tq::Json j = tq::passkey_result_json(r, trials);
+          j["model"] = c.name;
+          j["arch"] = c.arch;
+          j["source_file"] = model_path;
+          j["text"] = text_path;
+          j["skip_layers"] = skip_layers;
+          j["seed"] = pk.seed;
+          arr.push_back(std::move(j));
         }
-        std::printf("%s\n", arr.dump(2).c_str());
+        std::printf("%s\n", tq::dump_json(arr, 2).c_str());
       } else {
         std::printf("%s (%s), passkey retrieval, haystack %s, seed %llu, fp16 layers: %s; retrieved/total per length\n",
                     c.name.c_str(), c.arch.c_str(), text_path.c_str(), static_cast<unsigned long long>(pk.seed),
@@ -130,12 +134,17 @@ int main(int argc, char** argv) {
     if (json) {  // one object per format (the f16 reference first)
       tq::Json arr = tq::Json::array();
       for (const auto& r : results) {
-        tq::Json j = r.to_json();
-        j.set("model", c.name).set("arch", c.arch).set("source_file", model_path).set("text", text_path);
-        j.set("n_ctx", ctx).set("skip_layers", skip_layers).set("reference", "f16");
-        arr.push(std::move(j));
+        tq::Json j = r;
+        j["model"] = c.name;
+        j["arch"] = c.arch;
+        j["source_file"] = model_path;
+        j["text"] = text_path;
+        j["n_ctx"] = ctx;
+        j["skip_layers"] = skip_layers;
+        j["reference"] = "f16";
+        arr.push_back(std::move(j));
       }
-      std::printf("%s\n", arr.dump(2).c_str());
+      std::printf("%s\n", tq::dump_json(arr, 2).c_str());
     } else {
       std::printf("%s (%s), %s, n_ctx %d, reference: f16 KV cache, fp16 layers: %s\n", c.name.c_str(), c.arch.c_str(),
                   text_path.c_str(), ctx, skip_layers.c_str());

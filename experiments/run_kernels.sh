@@ -20,11 +20,13 @@
 # decode of known models' shapes against our FP16 and SDPA); a summary table is printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
-# (Catch2 there; fmt and CLI11 as a fallback) come from .deps/ when present:
+# (Catch2 and nlohmann-json there; fmt and CLI11 as a fallback) come from .deps/ when present:
 # Debian packages unpacked on the development machine and sent along (device
-# tool: carry [".deps"]):
+# tool: carry [".deps"]; CMAKE_PREFIX_PATH=.deps/usr finds their CMake configs, nlohmann-json's
+# under usr/share/cmake/nlohmann_json):
 #   echo /.deps/ >> .git/info/exclude; mkdir -p .deps /tmp/debs && cd /tmp/debs &&
-#   apt-get download catch2 libcli11-dev libfmt-dev libfmt9 && for f in *.deb; do dpkg -x "$f" "$OLDPWD/.deps"; done
+#   apt-get download catch2 libcli11-dev libfmt-dev libfmt9 nlohmann-json3-dev &&
+#   for f in *.deb; do dpkg -x "$f" "$OLDPWD/.deps"; done
 set -u
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,7 +53,7 @@ if has probe; then
     ninja --version
     g++ --version | head -1
     python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
-    for h in fmt/format.h CLI/CLI.hpp catch2/catch.hpp eigen3/Eigen/Core H5Cpp.h; do
+    for h in fmt/format.h CLI/CLI.hpp catch2/catch.hpp nlohmann/json.hpp eigen3/Eigen/Core H5Cpp.h; do
       [ -e /usr/include/$h ] && echo "system header: $h" || echo "missing header: $h"
     done
     which compute-sanitizer cuobjdump

@@ -22,7 +22,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # ---- Debian packages -------------------------------------------------------
 PKGS=(build-essential cmake pkg-config libeigen3-dev libhdf5-dev hdf5-tools libcli11-dev libfmt-dev
-      catch2 libpcre2-dev libbenchmark-dev python3 python3-pip clang-14 libclang-rt-14-dev)
+      nlohmann-json3-dev catch2 libpcre2-dev libbenchmark-dev python3 python3-pip clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -222,24 +222,24 @@ uint32_t code_at(const uint8_t* s, size_t bytes, int j, int bits) {
 }  // namespace
 
 TEST_CASE("store: vLLM reference slots, up to the documented ties", "[store][vllm][quick]") {
-  const tq::Json js =
-      tq::Json::parse(tq::read_text_file(std::string(TQ_SHARED_VECTORS) + "/vllm_turboquant_vectors.json"));
+  const std::string path = std::string(TQ_SHARED_VECTORS) + "/vllm_turboquant_vectors.json";
+  const tq::Json js = tq::parse_json(tq::read_text_file(path), path);
   int cases = 0, key_near_ties = 0, value_ties = 0;
-  for (const auto& c : js["cases"].arr()) {
-    const std::string preset = c["preset"].str();
-    const int d = int(c["head_dim"].number()), T = int(c["n_tokens"].number()), H = int(c["n_kv_heads"].number());
+  for (const auto& c : js.at("cases")) {
+    const std::string preset = c.at("preset").get<std::string>();
+    const int d = c.at("head_dim").get<int>(), T = c.at("n_tokens").get<int>(), H = c.at("n_kv_heads").get<int>();
     const tq::KvFormat f = tq::make_format(preset, d);
     const auto kf = tq::cuda::kernel_format(f);
     const auto& mse = dynamic_cast<const tq::MseCodec&>(*f.key);
     const int vb = dynamic_cast<const tq::UniformCodec&>(*f.value).bits();
     std::vector<uint16_t> kh, vh;
-    for (const auto& x : c["key_f16_bits"].arr()) kh.push_back(uint16_t(int16_t(int(x.number()))));
-    for (const auto& x : c["value_f16_bits"].arr()) vh.push_back(uint16_t(int16_t(int(x.number()))));
+    for (const auto& x : c.at("key_f16_bits")) kh.push_back(uint16_t(int16_t(x.get<int>())));
+    for (const auto& x : c.at("value_f16_bits")) vh.push_back(uint16_t(int16_t(x.get<int>())));
     std::vector<float> rot;
-    for (const auto& x : c["rotated_unit_key_f32_bits"].arr()) rot.push_back(tq::bits_float(uint32_t(x.number())));
+    for (const auto& x : c.at("rotated_unit_key_f32_bits")) rot.push_back(tq::bits_float(x.get<uint32_t>()));
     std::vector<std::vector<uint8_t>> ref;
-    for (const auto& t : c["slots_hex"].arr())
-      for (const auto& h : t.arr()) ref.push_back(hex_bytes(h.str()));
+    for (const auto& t : c.at("slots_hex"))
+      for (const auto& h : t) ref.push_back(hex_bytes(h.get<std::string>()));
 
     DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(size_t(T) * 8), cache(size_t(16) * H * f.slot_bytes());
     dk.upload(kh);

@@ -40,15 +40,11 @@ const Model& qwen05() {
 
 const Json& reference() {
   static const Json j =
-      Json::parse(tq::read_text_file(std::string(TQ_TEST_DATA) + "/qwen2_0.5b_reference.json"), "qwen2 reference");
+      tq::parse_json(tq::read_text_file(std::string(TQ_TEST_DATA) + "/qwen2_0.5b_reference.json"), "qwen2 reference");
   return j;
 }
 
-Ids ids_of(const Json& a) {
-  Ids v;
-  for (const Json& x : a.arr()) v.push_back(int32_t(x.number()));
-  return v;
-}
+Ids ids_of(const Json& a) { return a.get<Ids>(); }
 
 }  // namespace
 
@@ -75,19 +71,20 @@ TEST_CASE("qwen2 0.5B: configuration read from the GGUF", "[model][qwen2]") {
 TEST_CASE("qwen2 0.5B: tokenizer ids equal the independent tokenizer's", "[model][qwen2]") {
   const tq::Tokenizer& t = qwen05().tokenizer();
   CHECK(t.encode("Once upon a time") == Ids{12522, 5193, 264, 882});  // the published ids
-  for (const Json& s : reference()["tokenizer"]["strings"].arr()) {
-    INFO(s["text"].str());
-    CHECK(t.encode(s["text"].str()) == ids_of(s["ids"]));
-    CHECK(t.decode(t.encode(s["text"].str())) == s["text"].str());
+  for (const Json& s : reference().at("tokenizer").at("strings")) {
+    const std::string text = s.at("text").get<std::string>();
+    INFO(text);
+    CHECK(t.encode(text) == ids_of(s.at("ids")));
+    CHECK(t.decode(t.encode(text)) == text);
   }
 }
 
 TEST_CASE("qwen2 0.5B: logits and captured K/V equal the float64 reference", "[model][qwen2]") {
   const Model& m = qwen05();
-  const Ids probes = ids_of(reference()["forward"]["probe_ids"]);
+  const Ids probes = ids_of(reference().at("forward").at("probe_ids"));
   double worst = 0, worst_kv = 0;
-  for (const Json& seq : reference()["forward"]["sequences"].arr()) {
-    const Ids ids = ids_of(seq["ids"]);
+  for (const Json& seq : reference().at("forward").at("sequences")) {
+    const Ids ids = ids_of(seq.at("ids"));
     struct Cap : tq::LayerCapture {
       std::vector<std::vector<float>> k, v;
       void capture(int, int64_t n, const float*, const float* kk, const float* vv) override {
@@ -97,35 +94,35 @@ TEST_CASE("qwen2 0.5B: logits and captured K/V equal the float64 reference", "[m
     } cap;
     const RowMatrix lg = m.forward(ids, nullptr, 0, &cap);
     REQUIRE(lg.rows() == int64_t(ids.size()));
-    for (const Json& p : seq["positions"].arr()) {
-      const int64_t pos = int64_t(p["position"].number());
-      INFO(seq["name"].str() << " position " << pos);
+    for (const Json& p : seq.at("positions")) {
+      const int64_t pos = p.at("position").get<int64_t>();
+      INFO(seq.at("name").get<std::string>() << " position " << pos);
       Eigen::Index top;
       lg.row(pos).maxCoeff(&top);
-      CHECK(top == int64_t(p["top_ids"][0].number()));
-      const Ids top_ids = ids_of(p["top_ids"]);
+      const Ids top_ids = ids_of(p.at("top_ids"));
+      CHECK(top == int64_t(top_ids.at(0)));
       for (size_t i = 0; i < top_ids.size(); ++i) {
-        const double d = std::fabs(double(lg(pos, top_ids[i])) - p["top_logits"][i].number());
+        const double d = std::fabs(double(lg(pos, top_ids[i])) - p.at("top_logits").at(i).get<double>());
         worst = std::max(worst, d);
         CHECK(d < kLogitTol);
       }
       for (size_t i = 0; i < probes.size(); ++i) {
-        const double d = std::fabs(double(lg(pos, probes[i])) - p["probe_logits"][i].number());
+        const double d = std::fabs(double(lg(pos, probes[i])) - p.at("probe_logits").at(i).get<double>());
         worst = std::max(worst, d);
         CHECK(d < kLogitTol);
       }
     }
     // K after bias + RoPE and V, KV head 0 at the recorded position: relative to the vector's scale.
-    for (const Json& kv : seq["kv_capture"].arr()) {
-      const int layer = int(kv["layer"].number()), head = int(kv["kv_head"].number());
-      const int64_t pos = int64_t(kv["position"].number());
+    for (const Json& kv : seq.at("kv_capture")) {
+      const int layer = kv.at("layer").get<int>(), head = kv.at("kv_head").get<int>();
+      const int64_t pos = kv.at("position").get<int64_t>();
       for (const char* which : {"k_after_bias_rope", "v"}) {
         const std::vector<float>& got = *which == 'k' ? cap.k[size_t(layer)] : cap.v[size_t(layer)];
-        const Json& want = kv[which];
+        const Json& want = kv.at(which);
         double scale = 0, err = 0;
-        for (size_t i = 0; i < 64; ++i) scale = std::max(scale, std::fabs(want[i].number()));
+        for (size_t i = 0; i < 64; ++i) scale = std::max(scale, std::fabs(want.at(i).get<double>()));
         for (size_t i = 0; i < 64; ++i)
-          err = std::max(err, std::fabs(double(got[size_t(pos * 128 + head * 64) + i]) - want[i].number()));
+          err = std::max(err, std::fabs(double(got[size_t(pos * 128 + head * 64) + i]) - want.at(i).get<double>()));
         worst_kv = std::max(worst_kv, err / scale);
         INFO(which << " layer " << layer);
         CHECK(err / scale < 1e-4);

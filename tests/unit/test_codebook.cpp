@@ -180,23 +180,24 @@ TEST_CASE("empirical Lloyd: exact small case, deterministic, approaches the Gaus
 }
 
 TEST_CASE("vllm codebook: bit-exact with the centroids vLLM computed", "[codebook]") {
-  const Json v = Json::parse(read_text_file(std::string(TQ_SHARED_VECTORS) + "/vllm_turboquant_vectors.json"));
+  const std::string path = std::string(TQ_SHARED_VECTORS) + "/vllm_turboquant_vectors.json";
+  const Json v = parse_json(read_text_file(path), path);
   int checked = 0;
-  for (const auto& c : v["cases"].arr()) {
-    const int d = int(c["head_dim"].number());
-    const int bits = c["preset"].str() == "turboquant_4bit_nc" ? 4 : 3;
+  for (const auto& c : v.at("cases")) {
+    const int d = c.at("head_dim").get<int>();
+    const int bits = c.at("preset").get<std::string>() == "turboquant_4bit_nc" ? 4 : 3;
     const auto cb = vllm_codebook(d, bits);
     for (size_t i = 0; i < cb.centroids.size(); ++i) {
       const float f = float(cb.centroids[i]);
       uint32_t u;
       std::memcpy(&u, &f, 4);
-      REQUIRE(u == uint32_t(c["centroids_f32_bits"][i].number()));
+      REQUIRE(u == c.at("centroids_f32_bits").at(i).get<uint32_t>());
     }
     for (size_t i = 0; i < cb.midpoints.size(); ++i) {
       const float f = float(cb.midpoints[i]);
       uint32_t u;
       std::memcpy(&u, &f, 4);
-      REQUIRE(u == uint32_t(c["midpoints_f32_bits"][i].number()));
+      REQUIRE(u == c.at("midpoints_f32_bits").at(i).get<uint32_t>());
     }
     ++checked;
   }

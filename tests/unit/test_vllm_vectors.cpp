@@ -32,35 +32,36 @@ std::vector<uint8_t> hex_bytes(const std::string& h) {
 }
 
 std::vector<Case> load_cases() {
-  const Json v = Json::parse(read_text_file(std::string(TQ_SHARED_VECTORS) + "/vllm_turboquant_vectors.json"));
+  const std::string path = std::string(TQ_SHARED_VECTORS) + "/vllm_turboquant_vectors.json";
+  const Json v = parse_json(read_text_file(path), path);
   std::vector<Case> out;
-  for (const auto& c : v["cases"].arr()) {
+  for (const auto& c : v.at("cases")) {
     Case k;
-    k.preset = c["preset"].str();
-    k.d = int(c["head_dim"].number());
-    k.T = int(c["n_tokens"].number());
-    k.H = int(c["n_kv_heads"].number());
-    k.Hq = int(c["n_q_heads"].number());
-    k.slot = size_t(c["slot_bytes"].number());
-    k.scale = float(c["attn_scale"].number());
+    k.preset = c.at("preset").get<std::string>();
+    k.d = c.at("head_dim").get<int>();
+    k.T = c.at("n_tokens").get<int>();
+    k.H = c.at("n_kv_heads").get<int>();
+    k.Hq = c.at("n_q_heads").get<int>();
+    k.slot = c.at("slot_bytes").get<size_t>();
+    k.scale = c.at("attn_scale").get<float>();
     auto halves = [](const Json& a) {
       std::vector<float> r;
-      for (const auto& x : a.arr()) r.push_back(half_to_float(uint16_t(int16_t(int(x.number())))));
+      for (const auto& x : a) r.push_back(half_to_float(uint16_t(int16_t(x.get<int>()))));
       return r;
     };
     auto f32bits = [](const Json& a) {
       std::vector<float> r;
-      for (const auto& x : a.arr()) r.push_back(bits_float(uint32_t(x.number())));
+      for (const auto& x : a) r.push_back(bits_float(x.get<uint32_t>()));
       return r;
     };
-    k.key = halves(c["key_f16_bits"]);
-    k.value = halves(c["value_f16_bits"]);
-    k.query = halves(c["query_f16_bits"]);
-    k.rot = f32bits(c["rotated_unit_key_f32_bits"]);
-    k.norm = f32bits(c["key_norm_f32_bits"]);
-    for (const auto& x : c["decode_output_f32"].arr()) k.out.push_back(float(x.number()));
-    for (const auto& t : c["slots_hex"].arr())
-      for (const auto& h : t.arr()) k.slots.push_back(hex_bytes(h.str()));
+    k.key = halves(c.at("key_f16_bits"));
+    k.value = halves(c.at("value_f16_bits"));
+    k.query = halves(c.at("query_f16_bits"));
+    k.rot = f32bits(c.at("rotated_unit_key_f32_bits"));
+    k.norm = f32bits(c.at("key_norm_f32_bits"));
+    for (const auto& x : c.at("decode_output_f32")) k.out.push_back(x.get<float>());
+    for (const auto& t : c.at("slots_hex"))
+      for (const auto& h : t) k.slots.push_back(hex_bytes(h.get<std::string>()));
     out.push_back(std::move(k));
   }
   return out;

@@ -18,6 +18,8 @@ struct AblationDumpInfo {
   int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t n_tokens = 0;
 };
+// summary.json "dumps": {name, path, model, arch, n_layers, n_heads, n_kv_heads, head_dim, n_tokens}
+void to_json(Json& j, const AblationDumpInfo& d);
 
 struct AblationFormatInfo {
   std::string name, study;  // study: presets | qjl | norm | rotation | codebook | kv-bits | user
@@ -26,6 +28,8 @@ struct AblationFormatInfo {
   double bits_per_value = 0;
   int64_t eval_from = 0;
 };
+// {format, study, head_dim, key_bytes, value_bytes, slot_bytes, bits_per_value, eval_from}
+void to_json(Json& j, const AblationFormatInfo& f);
 
 struct AblationResults {
   std::string command;

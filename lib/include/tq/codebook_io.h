@@ -24,11 +24,13 @@ CodebookComparison compare_codebook(const std::vector<double>& table, Distributi
 // name `what` and the 1-based position.
 std::vector<double> parse_number_list(const std::string& text, const std::string& what);
 
-Json codebook_json(const Codebook& cb);
+// {source, d, bits, centroids, midpoints, distortion, entropy_bits, iterations}
+void to_json(Json& j, const Codebook& cb);
 std::string codebook_text(const Codebook& cb);
 std::string codebook_csv(const Codebook& cb);
 std::string codebook_cpp_header(const Codebook& cb, const std::string& command);
-Json comparison_json(const CodebookComparison& c);
+// The table's codebook, then optimal_distortion, optimal_centroids, ratio.
+void to_json(Json& j, const CodebookComparison& c);
 std::string comparison_text(const CodebookComparison& c);
 Json distortion_table_json(int d);
 std::string distortion_table_text(int d);

@@ -1,74 +1,32 @@
-// Minimal JSON value: build, print (stable key order, shortest round-trip
-// numbers) and parse (RFC 8259; errors name the byte offset). Enough for the
-// tools' --json output, summary files and the reference vectors in tests.
+// JSON for the tools' --json output, summary files and the reference vectors in
+// tests: nlohmann-json (Debian nlohmann-json3-dev, 3.11) as tq::Json, an
+// ordered_json, so objects keep their keys in insertion order. Integers stay
+// integers (64-bit exact), doubles print as the shortest text that reads back
+// to the same double, NaN and infinities print as null.
+//
+// Serialise a struct with a `to_json(Json&, const T&)` next to it (found by
+// argument-dependent lookup: `Json j = value;`). Input that comes from a user
+// goes through parse_json so that a syntax error is a tq::Error naming the
+// file; read required members with j.at("key") (a missing key throws
+// nlohmann's out_of_range, which callers facing users turn into a tq::Error).
 #pragma once
 
-#include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
-#include <utility>
-#include <variant>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace tq {
 
-class Json {
- public:
-  using Array = std::vector<Json>;
-  using Object = std::vector<std::pair<std::string, Json>>;  // insertion order kept
+using Json = nlohmann::ordered_json;
 
-  Json() : v_(nullptr) {}
-  Json(std::nullptr_t) : v_(nullptr) {}
-  Json(bool b) : v_(b) {}
-  Json(int x) : v_(double(x)) {}
-  Json(long x) : v_(double(x)) {}
-  Json(long long x) : v_(double(x)) {}
-  Json(unsigned x) : v_(double(x)) {}
-  Json(unsigned long x) : v_(double(x)) {}
-  Json(unsigned long long x) : v_(double(x)) {}
-  Json(double x) : v_(x) {}
-  Json(const char* s) : v_(std::string(s)) {}
-  Json(std::string s) : v_(std::move(s)) {}
-  Json(Array a) : v_(std::move(a)) {}
-  Json(Object o) : v_(std::move(o)) {}
-  template <class T>
-  static Json array_of(const std::vector<T>& xs) {
-    Array a;
-    a.reserve(xs.size());
-    for (const auto& x : xs) a.emplace_back(x);
-    return Json(std::move(a));
-  }
-  static Json object() { return Json(Object{}); }
-  static Json array() { return Json(Array{}); }
+// Parses text (RFC 8259). A syntax error throws tq::Error
+// "<where>: invalid JSON at byte <offset>: <what nlohmann says>".
+Json parse_json(const std::string& text, const std::string& where = "json");
 
-  bool is_null() const { return std::holds_alternative<std::nullptr_t>(v_); }
-  bool is_number() const { return std::holds_alternative<double>(v_); }
-  bool is_string() const { return std::holds_alternative<std::string>(v_); }
-  bool is_array() const { return std::holds_alternative<Array>(v_); }
-  bool is_object() const { return std::holds_alternative<Object>(v_); }
-
-  double number() const;             // throws tq::Error if not a number
-  const std::string& str() const;    // throws if not a string
-  bool boolean() const;
-  const Array& arr() const;
-  Array& arr();
-  const Object& obj() const;
-  const Json& operator[](const std::string& key) const;  // throws if missing
-  const Json& operator[](size_t i) const;
-  bool contains(const std::string& key) const;
-  size_t size() const;
-
-  Json& set(const std::string& key, Json value);  // object: insert or replace
-  Json& push(Json value);                          // array: append
-
-  std::string dump(int indent = -1) const;  // -1: compact
-  static Json parse(const std::string& text, const std::string& where = "json");
-
- private:
-  std::variant<std::nullptr_t, bool, double, std::string, Array, Object> v_;
-  void dump_to(std::string& out, int indent, int level) const;
-};
+// j.dump(indent) (-1: compact), except that a string that is not valid UTF-8
+// (bytes a tokenizer decoded from one token of a multi-byte character) is
+// written with U+FFFD in place of the bad bytes instead of throwing.
+std::string dump_json(const Json& j, int indent = -1);
 
 // Reads a whole file (throws tq::Error naming the path).
 std::string read_text_file(const std::string& path);

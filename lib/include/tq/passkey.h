@@ -55,19 +55,25 @@ struct PasskeyTrial {
   int64_t needle_token = 0;  // position of the needle's first token
   int64_t text_offset = 0;   // first haystack token's index in the tokenized filler
 };
+// {length, depth, trial, key, needle_token, text_offset}
+void to_json(Json& j, const PasskeyTrial& t);
 
 struct PasskeyOutcome {
   bool retrieved = false;
   std::string greedy;       // greedy answer up to and including its first wrong token
   double answer_logprob = 0;  // Σ log p(answer token | prefix), natural log
 };
+// {retrieved, greedy, answer_logprob}
+void to_json(Json& j, const PasskeyOutcome& o);
 
 struct PasskeyResult {
   std::string name;                      // format
   std::vector<PasskeyOutcome> outcomes;  // one per trial, in trial order
   int retrieved() const;
-  Json to_json(const std::vector<PasskeyTrial>& trials) const;
 };
+// tq-eval --task passkey --json: {format, retrieved, total, trials: [trial and outcome, one object each]};
+// trials: the ones the outcomes belong to, in the same order.
+Json passkey_result_json(const PasskeyResult& r, const std::vector<PasskeyTrial>& trials);
 
 // The trials options describe (sequence-independent: lengths × depths × trials).
 std::vector<PasskeyTrial> make_passkey_trials(const PasskeyOptions& opt);

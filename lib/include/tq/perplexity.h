@@ -34,8 +34,9 @@ class Model;
 struct Percentiles {
   double max = 0, p99_9 = 0, p99 = 0, p95 = 0, p90 = 0, median = 0, p10 = 0, p5 = 0, p1 = 0, p0_1 = 0, min = 0;
   static Percentiles of(std::vector<double> values);  // throws tq::Error if empty
-  Json to_json() const;
 };
+// {"max", "99.9%", "99%", "95%", "90%", "median", "10%", "5%", "1%", "0.1%", "min"}
+void to_json(Json& j, const Percentiles& p);
 
 struct FormatResult {
   std::string name;
@@ -56,9 +57,10 @@ struct FormatResult {
   double same_top = 0, same_top_err = 0;          // fraction in [0, 1]
   double dp_mean = 0, dp_mean_err = 0, dp_rms = 0, dp_rms_err = 0;
   Percentiles dp;
-
-  Json to_json() const;
 };
+// tq-eval --json: one object per format (the base without the comparison fields
+// but delta_ppl, kld_mean, kld_err, same_top and dp_rms, which are exact for it).
+void to_json(Json& j, const FormatResult& r);
 
 // Per-token statistics of one format against the base, fed chunk by chunk.
 class FormatAccumulator {

@@ -54,17 +54,15 @@ CodebookComparison compare_codebook(const std::vector<double>& table, Distributi
   return c;
 }
 
-Json codebook_json(const Codebook& cb) {
-  Json j = Json::object();
-  j.set("source", cb.source);
-  j.set("d", cb.d);
-  j.set("bits", cb.bits);
-  j.set("centroids", Json::array_of(cb.centroids));
-  j.set("midpoints", Json::array_of(cb.midpoints));
-  j.set("distortion", cb.distortion);
-  j.set("entropy_bits", cb.entropy_bits);
-  j.set("iterations", cb.iterations);
-  return j;
+void to_json(Json& j, const Codebook& cb) {
+  j = Json{{"source", cb.source},
+           {"d", cb.d},
+           {"bits", cb.bits},
+           {"centroids", cb.centroids},
+           {"midpoints", cb.midpoints},
+           {"distortion", cb.distortion},
+           {"entropy_bits", cb.entropy_bits},
+           {"iterations", cb.iterations}};
 }
 
 std::string codebook_text(const Codebook& cb) {
@@ -121,12 +119,11 @@ std::string codebook_cpp_header(const Codebook& cb, const std::string& command) 
   return out;
 }
 
-Json comparison_json(const CodebookComparison& c) {
-  Json j = codebook_json(c.table);
-  j.set("optimal_distortion", c.optimum.distortion);
-  j.set("optimal_centroids", Json::array_of(c.optimum.centroids));
-  j.set("ratio", c.ratio);
-  return j;
+void to_json(Json& j, const CodebookComparison& c) {
+  j = c.table;
+  j["optimal_distortion"] = c.optimum.distortion;
+  j["optimal_centroids"] = c.optimum.centroids;
+  j["ratio"] = c.ratio;
 }
 
 std::string comparison_text(const CodebookComparison& c) {
@@ -158,17 +155,14 @@ std::vector<TableRow> table_rows(int d) {
 
 Json distortion_table_json(int d) {
   Json rows = Json::array();
-  for (const auto& r : table_rows(d)) {
-    Json j = Json::object();
-    j.set("bits", r.bits);
-    j.set("d", d);
-    j.set("gauss_distortion", r.gauss);
-    j.set("sphere_distortion", r.sphere);
-    j.set("uniform_distortion", r.uniform);
-    j.set("paper_upper_bound", r.upper);
-    j.set("paper_lower_bound", r.lower);
-    rows.push(std::move(j));
-  }
+  for (const auto& r : table_rows(d))
+    rows.push_back({{"bits", r.bits},
+                    {"d", d},
+                    {"gauss_distortion", r.gauss},
+                    {"sphere_distortion", r.sphere},
+                    {"uniform_distortion", r.uniform},
+                    {"paper_upper_bound", r.upper},
+                    {"paper_lower_bound", r.lower}});
   return rows;
 }
 

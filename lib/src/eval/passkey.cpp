@@ -48,22 +48,27 @@ int PasskeyResult::retrieved() const {
   return int(std::count_if(outcomes.begin(), outcomes.end(), [](const PasskeyOutcome& o) { return o.retrieved; }));
 }
 
-Json PasskeyResult::to_json(const std::vector<PasskeyTrial>& trials) const {
-  TQ_ASSERT(trials.size() == outcomes.size());
+void to_json(Json& j, const PasskeyTrial& t) {
+  j = Json{{"length", t.length}, {"depth", t.depth}, {"trial", t.index}, {"key", t.key},
+           {"needle_token", t.needle_token}, {"text_offset", t.text_offset}};
+}
+
+void to_json(Json& j, const PasskeyOutcome& o) {
+  j = Json{{"retrieved", o.retrieved}, {"greedy", o.greedy}, {"answer_logprob", o.answer_logprob}};
+}
+
+Json passkey_result_json(const PasskeyResult& r, const std::vector<PasskeyTrial>& trials) {
+  TQ_ASSERT(trials.size() == r.outcomes.size());
   Json arr = Json::array();
   for (size_t i = 0; i < trials.size(); ++i) {
-    const PasskeyTrial& t = trials[i];
-    const PasskeyOutcome& o = outcomes[i];
-    Json j = Json::object();
-    j.set("length", t.length).set("depth", t.depth).set("trial", t.index).set("key", t.key);
-    j.set("needle_token", double(t.needle_token)).set("text_offset", double(t.text_offset));
-    j.set("retrieved", o.retrieved).set("greedy", o.greedy).set("answer_logprob", o.answer_logprob);
-    arr.push(std::move(j));
+    Json j = trials[i];
+    j.update(Json(r.outcomes[i]));  // appended after the trial's keys
+    arr.push_back(std::move(j));
   }
-  Json j = Json::object();
-  j.set("format", name).set("retrieved", retrieved()).set("total", int(outcomes.size()));
-  j.set("trials", std::move(arr));
-  return j;
+  return Json{{"format", r.name},
+              {"retrieved", r.retrieved()},
+              {"total", int(r.outcomes.size())},
+              {"trials", std::move(arr)}};
 }
 
 std::vector<PasskeyTrial> make_passkey_trials(const PasskeyOptions& opt) {

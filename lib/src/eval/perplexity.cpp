@@ -81,11 +81,9 @@ Percentiles Percentiles::of(std::vector<double> v) {
   return p;
 }
 
-Json Percentiles::to_json() const {
-  Json j = Json::object();
-  j.set("max", max).set("99.9%", p99_9).set("99%", p99).set("95%", p95).set("90%", p90).set("median", median);
-  j.set("10%", p10).set("5%", p5).set("1%", p1).set("0.1%", p0_1).set("min", min);
-  return j;
+void to_json(Json& j, const Percentiles& p) {
+  j = Json{{"max", p.max}, {"99.9%", p.p99_9}, {"99%", p.p99}, {"95%", p.p95}, {"90%", p.p90}, {"median", p.median},
+           {"10%", p.p10}, {"5%", p.p5}, {"1%", p.p1}, {"0.1%", p.p0_1}, {"min", p.min}};
 }
 
 void FormatAccumulator::add(const float* logits, const float* base_logits, const int32_t* targets, int64_t rows,
@@ -171,23 +169,34 @@ FormatResult FormatAccumulator::result() const {
   return r;
 }
 
-Json FormatResult::to_json() const {
-  Json j = Json::object();
-  j.set("format", name).set("is_base", is_base).set("n_tokens", n_tokens).set("n_chunks", n_chunks);
-  j.set("ppl", ppl).set("ppl_err", ppl_err).set("nll_mean", nll_mean).set("nll_err", nll_err);
-  if (!is_base) {
-    j.set("delta_ppl", delta_ppl).set("delta_ppl_err", delta_ppl_err);
-    j.set("ppl_ratio", ppl_ratio).set("ppl_ratio_err", ppl_ratio_err);
-    j.set("ln_ppl_ratio", ln_ppl_ratio).set("ln_ppl_ratio_err", ln_ppl_ratio_err);
-    j.set("nll_correlation", nll_correlation);
-    j.set("kld_mean", kld_mean).set("kld_err", kld_err).set("kld", kld.to_json());
-    j.set("same_top", same_top).set("same_top_err", same_top_err);
-    j.set("dp_mean", dp_mean).set("dp_mean_err", dp_mean_err).set("dp_rms", dp_rms).set("dp_rms_err", dp_rms_err);
-    j.set("dp", dp.to_json());
+void to_json(Json& j, const FormatResult& r) {
+  j = Json{{"format", r.name}, {"is_base", r.is_base}, {"n_tokens", r.n_tokens}, {"n_chunks", r.n_chunks},
+           {"ppl", r.ppl}, {"ppl_err", r.ppl_err}, {"nll_mean", r.nll_mean}, {"nll_err", r.nll_err}};
+  if (!r.is_base) {
+    j["delta_ppl"] = r.delta_ppl;
+    j["delta_ppl_err"] = r.delta_ppl_err;
+    j["ppl_ratio"] = r.ppl_ratio;
+    j["ppl_ratio_err"] = r.ppl_ratio_err;
+    j["ln_ppl_ratio"] = r.ln_ppl_ratio;
+    j["ln_ppl_ratio_err"] = r.ln_ppl_ratio_err;
+    j["nll_correlation"] = r.nll_correlation;
+    j["kld_mean"] = r.kld_mean;
+    j["kld_err"] = r.kld_err;
+    j["kld"] = r.kld;
+    j["same_top"] = r.same_top;
+    j["same_top_err"] = r.same_top_err;
+    j["dp_mean"] = r.dp_mean;
+    j["dp_mean_err"] = r.dp_mean_err;
+    j["dp_rms"] = r.dp_rms;
+    j["dp_rms_err"] = r.dp_rms_err;
+    j["dp"] = r.dp;
   } else {  // the reference against itself: the comparison fields are exact
-    j.set("delta_ppl", 0.0).set("kld_mean", 0.0).set("kld_err", 0.0).set("same_top", 1.0).set("dp_rms", 0.0);
+    j["delta_ppl"] = 0.0;
+    j["kld_mean"] = 0.0;
+    j["kld_err"] = 0.0;
+    j["same_top"] = 1.0;
+    j["dp_rms"] = 0.0;
   }
-  return j;
 }
 
 std::vector<int32_t> perplexity_tokens(const Model& model, const std::string& text) {

@@ -227,19 +227,18 @@ std::string list_formats_text(int head_dim) {
 Json list_formats_json(int head_dim) {
   Json out = Json::array();
   for (const auto& e : kRegistry) {
-    Json j = Json::object();
-    j.set("name", e.name);
+    Json j = {{"name", e.name}};
     try {
       const KvFormat f = make_format(e.name, head_dim);
-      j.set("key_bytes", f.key_bytes());
-      j.set("value_bytes", f.value_bytes());
-      j.set("slot_bytes", f.slot_bytes());
-      j.set("bits_per_value", f.bits_per_value());
+      j["key_bytes"] = f.key_bytes();
+      j["value_bytes"] = f.value_bytes();
+      j["slot_bytes"] = f.slot_bytes();
+      j["bits_per_value"] = f.bits_per_value();
     } catch (const Error& err) {
-      j.set("unsupported", err.what());
+      j["unsupported"] = err.what();
     }
-    j.set("description", e.description);
-    out.push(std::move(j));
+    j["description"] = e.description;
+    out.push_back(std::move(j));
   }
   return out;
 }

@@ -39,22 +39,14 @@ struct Agg {  // means over heads (and layers)
       *p *= k;
     return a;
   }
-  Json json() const {
-    Json j = Json::object();
-    j.set("key_nmse", key_nmse);
-    j.set("value_nmse", value_nmse);
-    j.set("ip_bias", ip_bias);
-    j.set("ip_slope", ip_slope);
-    j.set("ip_var", ip_var);
-    j.set("ip_var_ratio", ip_var_ratio);
-    j.set("logit_rmse", logit_rmse);
-    j.set("kl", kl);
-    j.set("top1", top1);
-    j.set("topk", topk);
-    j.set("out_rel_err", out_rel_err);
-    return j;
-  }
 };
+
+void to_json(Json& j, const Agg& a) {
+  j = Json{{"key_nmse", a.key_nmse},     {"value_nmse", a.value_nmse}, {"ip_bias", a.ip_bias},
+           {"ip_slope", a.ip_slope},     {"ip_var", a.ip_var},         {"ip_var_ratio", a.ip_var_ratio},
+           {"logit_rmse", a.logit_rmse}, {"kl", a.kl},                 {"top1", a.top1},
+           {"topk", a.topk},             {"out_rel_err", a.out_rel_err}};
+}
 
 HeadMetrics as_metrics(const Agg& a, int layer) {
   HeadMetrics m;
@@ -110,55 +102,51 @@ std::string fix(double x, int p = 4) { return fmt::format("{:.{}f}", x, p); }
 
 }  // namespace
 
+void to_json(Json& j, const AblationDumpInfo& d) {
+  j = Json{{"name", d.name},
+           {"path", d.path},
+           {"model", d.model},
+           {"arch", d.arch},
+           {"n_layers", d.n_layers},
+           {"n_heads", d.n_heads},
+           {"n_kv_heads", d.n_kv_heads},
+           {"head_dim", d.head_dim},
+           {"n_tokens", d.n_tokens}};
+}
+
+void to_json(Json& j, const AblationFormatInfo& f) {
+  j = Json{{"format", f.name},
+           {"study", f.study},
+           {"head_dim", f.head_dim},
+           {"key_bytes", f.key_bytes},
+           {"value_bytes", f.value_bytes},
+           {"slot_bytes", f.slot_bytes},
+           {"bits_per_value", f.bits_per_value},
+           {"eval_from", f.eval_from}};
+}
+
 Json ablation_summary_json(const AblationResults& r) {
-  Json j = Json::object();
-  j.set("schema", "tqkit-ablation/1");
-  j.set("command", r.command);
-  j.set("seconds", r.seconds);
-  j.set("threads", r.threads);
-  Json dumps = Json::array();
-  for (const auto& d : r.dumps) {
-    Json o = Json::object();
-    o.set("name", d.name);
-    o.set("path", d.path);
-    o.set("model", d.model);
-    o.set("arch", d.arch);
-    o.set("n_layers", d.n_layers);
-    o.set("n_heads", d.n_heads);
-    o.set("n_kv_heads", d.n_kv_heads);
-    o.set("head_dim", d.head_dim);
-    o.set("n_tokens", d.n_tokens);
-    dumps.push(std::move(o));
-  }
-  j.set("dumps", std::move(dumps));
+  Json j = Json{{"schema", "tqkit-ablation/1"}, {"command", r.command}, {"seconds", r.seconds}, {"threads", r.threads},
+                {"dumps", r.dumps}};
   const auto v = views(r);
   Json formats = Json::array();
   for (size_t i = 0; i < r.formats.size(); ++i) {
-    const auto& f = r.formats[i];
-    Json o = Json::object();
-    o.set("dump", r.dumps[size_t(r.format_dump[i])].name);
-    o.set("format", f.name);
-    o.set("study", f.study);
-    o.set("head_dim", f.head_dim);
-    o.set("key_bytes", f.key_bytes);
-    o.set("value_bytes", f.value_bytes);
-    o.set("slot_bytes", f.slot_bytes);
-    o.set("bits_per_value", f.bits_per_value);
-    o.set("eval_from", f.eval_from);
-    o.set("overall", v[i].overall.mean().json());
-    o.set("first2_layers", v[i].first2.mean().json());
-    o.set("middle_layers", v[i].middle.mean().json());
-    o.set("last2_layers", v[i].last2.mean().json());
+    Json o = Json{{"dump", r.dumps[size_t(r.format_dump[i])].name}};
+    o.update(Json(r.formats[i]));  // format, study, head_dim, … after "dump"
+    o["overall"] = v[i].overall.mean();
+    o["first2_layers"] = v[i].first2.mean();
+    o["middle_layers"] = v[i].middle.mean();
+    o["last2_layers"] = v[i].last2.mean();
     Json layers = Json::array();
     for (const auto& [layer, a] : v[i].per_layer) {
-      Json l = a.mean().json();
-      l.set("layer", layer);
-      layers.push(std::move(l));
+      Json l = a.mean();
+      l["layer"] = layer;
+      layers.push_back(std::move(l));
     }
-    o.set("per_layer", std::move(layers));
-    formats.push(std::move(o));
+    o["per_layer"] = std::move(layers);
+    formats.push_back(std::move(o));
   }
-  j.set("formats", std::move(formats));
+  j["formats"] = std::move(formats);
   // Per head_dim: mean over dumps of that head_dim, per format name.
   std::map<std::pair<int, std::string>, Agg> by_dim;
   for (size_t i = 0; i < r.formats.size(); ++i) {
@@ -167,12 +155,12 @@ Json ablation_summary_json(const AblationResults& r) {
   }
   Json per_dim = Json::array();
   for (const auto& [key, a] : by_dim) {
-    Json o = a.mean().json();
-    o.set("head_dim", key.first);
-    o.set("format", key.second);
-    per_dim.push(std::move(o));
+    Json o = a.mean();
+    o["head_dim"] = key.first;
+    o["format"] = key.second;
+    per_dim.push_back(std::move(o));
   }
-  j.set("per_head_dim", std::move(per_dim));
+  j["per_head_dim"] = std::move(per_dim);
   return j;
 }
 
