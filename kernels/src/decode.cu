@@ -381,9 +381,10 @@ struct MqLayout {
 // ⌈cols / 16⌉ times) where the CTA has the warps for a second slice and every launch gets more
 // than 8 columns; else launches of ≤ 8 columns.
 struct ColumnChunks {
+  int cols = 0;
   bool dual = false;
-  int n = 1, base = 0, rem = 0;  // n launches: the first rem of base + 1 columns, the rest of base
-  ColumnChunks(int cols, int hpc, int cta_warps) {
+  int n = 1, base = 0, rem = 0;  // n launches: the first rem of base + 1 columns, the rest of base (the last ≤)
+  ColumnChunks(int columns, int hpc, int cta_warps) : cols(columns) {
     const int n16 = (cols + 2 * kQueryCols - 1) / (2 * kQueryCols);
     dual = cols > kQueryCols && 2 * hpc <= cta_warps && cols / n16 > kQueryCols;
     n = dual ? n16 : (cols + kQueryCols - 1) / kQueryCols;
@@ -391,7 +392,7 @@ struct ColumnChunks {
     rem = dual ? cols % n : 0;
   }
   template <class Fn>
-  void for_each(int cols, Fn&& fn) const {  // fn(first column, columns)
+  void for_each(Fn&& fn) const {  // fn(first column, columns)
     for (int i = 0, c0 = 0; i < n; ++i) {
       const int w = std::min(cols - c0, base + (i < rem ? 1 : 0));
       fn(c0, w);
@@ -423,10 +424,9 @@ void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& 
 
 // The single-query problem a multi-query decode runs: q_len · n_q_heads query heads in column order
 // in the workspace (mq: its first bytes).
-DecodeParams virtual_params(const DecodeParams& p, int head_dim, uint8_t* mq) {
+DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout& l, uint8_t* mq) {
   DecodeParams v = p;
   if (p.q_len <= 1) return v;
-  const MqLayout l(p, head_dim);
   v.n_q_heads = p.n_q_heads * p.q_len;
   v.q_len = 1;
   v.query = mq;
@@ -442,7 +442,8 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
   if (!why.empty()) throw_error(why.c_str());
   if (sm_count <= 0) sm_count = decode_device_sms();
   const bool multi = p_in.q_len > 1;
-  const DecodeParams p = virtual_params(p_in, f.head_dim, nullptr);
+  const MqLayout ml(p_in, f.head_dim);
+  const DecodeParams p = virtual_params(p_in, f.head_dim, ml, nullptr);
   const int group = p.n_q_heads / cache.n_kv_heads, heads = decode_heads_per_cta(f, cache.n_kv_heads);
   const bool planes = cache.layout == CacheLayout::planes, sliced = multi || sliced_launches(group);
   // dual: both query slices of 8 < G ≤ 16 in one launch (query_slices); the ring then holds half
@@ -484,7 +485,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     DecodePlan plan = plan_for(ch.dual);
     plan.query_passes = ch.n;
     plan.q_len = p_in.q_len;
-    plan.workspace_bytes = MqLayout(p_in, f.head_dim).bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+    plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
     return plan;
   }
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
@@ -504,11 +505,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
                  std::to_string(p_in.q_len) + " (use plan_decode)").c_str());
   const bool multi = p_in.q_len > 1;
   uint8_t* mq = multi ? static_cast<uint8_t*>(workspace) : nullptr;
-  const DecodeParams p = virtual_params(p_in, f.head_dim, mq);
+  const MqLayout ml(p_in, f.head_dim);
+  const DecodeParams p = virtual_params(p_in, f.head_dim, ml, mq);
   if (multi)
     launch_mq_reorder(p_in.query, mq, 0, p_in, cache.n_kv_heads, f.head_dim, p_in.q_stride_batch, p_in.q_stride_token,
                       p_in.q_stride_head, stream);
-  void* parts_ws = multi ? mq + MqLayout(p_in, f.head_dim).bytes() : workspace;
+  void* parts_ws = multi ? mq + ml.bytes() : workspace;
   DecodeArgs a = make_decode_args(p, plan, multi && plan.parts == 1 ? nullptr : parts_ws, f.head_dim, cache.block_size,
                                   cache.n_kv_heads);
   DecodeTablesQjl t{};  // (the other kernels take its DecodeTables part)
@@ -545,7 +547,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     if (multi) {  // ColumnChunks launches of the causal kernels
       const ColumnChunks ch(a.group_stride, plan.heads_per_cta, Q::kCtaWarps);
       if (ch.dual != (plan.query_slices == 2)) throw_error("paged_decode: plan does not match this shape (use plan_decode)");
-      ch.for_each(a.group_stride, [&](int c0, int cols) {
+      ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true};
         const MultiQuery m{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, c0};
@@ -569,7 +571,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, stream);
   if (multi)
-    launch_mq_reorder(mq + MqLayout(p_in, f.head_dim).piece, p_in.out, 1, p_in, cache.n_kv_heads, f.head_dim,
+    launch_mq_reorder(mq + ml.piece, p_in.out, 1, p_in, cache.n_kv_heads, f.head_dim,
                       p_in.o_stride_batch, p_in.o_stride_token, p_in.o_stride_head, stream);
 }
 
