@@ -26,6 +26,9 @@
 #                 rotated format is already broken at n_ctx 512, see ppl512)
 #   passkey       passkey retrieval at 1K and 4K tokens, depths 0, 0.5, 1, for
 #                 f16, q8_0, turbo4, 4bit_nc, k3v4_nc (same fp16 layers)
+#   passkey-grid  passkey retrieval at 2K and 8K tokens, depths 0, 0.25, 0.5,
+#                 0.75, 1, for f16, q8_0, turbo4, turbo3, k3v4_nc (same fp16
+#                 layers; about 95 minutes: 25 forwards of 8K tokens)
 #
 # Needs: scripts/setup.sh (build/ and the models: TQ_MODELS=all data/fetch_models.sh).
 # CPU time on the project's 2-core box is in experiments/results/qwen.md.
@@ -109,6 +112,12 @@ step_passkey() {
     --format q8_0 turbo4 turboquant_4bit_nc turboquant_k3v4_nc
 }
 
+step_passkey_grid() {
+  run passkey-grid build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 2048,8192 \
+    --depths 0,0.25,0.5,0.75,1 --trials 1 --seed 1 --skip-layers first2,last2 \
+    --format q8_0 turbo4 turbo3 turboquant_k3v4_nc
+}
+
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey long ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
@@ -123,6 +132,7 @@ for s in "${steps[@]}"; do
     ablate) step_ablate ;;
     long) step_long ;;
     passkey) step_passkey ;;
+    passkey-grid) step_passkey_grid ;;
     *) echo "qwen_eval.sh: unknown step '$s'" >&2; exit 2 ;;
   esac
 done
