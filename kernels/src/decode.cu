@@ -529,7 +529,6 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   dispatch_decode_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     using Q = QCfg<C>;
-    if (Q::kSlot != f.slot_bytes) throw_error("paged_decode: compiled slot size disagrees with the format (internal)");
     const bool planes = cache.layout == CacheLayout::planes;
     a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta);
     a.stages = 0;

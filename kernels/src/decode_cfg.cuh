@@ -115,7 +115,7 @@ struct QCfg {
   static constexpr bool kTurbo = C::kKey == KeyKind::turbo || kQjl;
   static constexpr int kTB = kTurbo ? C::kTurboBlocks : 1;  // turbo blocks per head (1 otherwise)
   static constexpr int D = kTurbo ? 128 * kTB : C::kD;
-  static constexpr int kSlot = (C::kKeyBytes + C::kValueBytes + 1) & ~1;
+  static constexpr int kSlot = layout::vllm_slot_bytes(C::kKeyBytes, C::kValueBytes);
   static constexpr int kKSteps = D / 16;
   static constexpr bool kMse = C::kKey == KeyKind::mse;
   static constexpr bool kLut = kMse || kTurbo;  // keys through the centroid-pair LUT

@@ -14,15 +14,13 @@ struct FormatCfg {
   static constexpr KeyKind kKey = KK;
   static constexpr ValueKind kValue = VK;
   static constexpr int kKeyBits = KB, kValueBits = VB, kD = D;
-  static constexpr int kIdxBytes = (D * KB + 7) / 8;             // mse index stream
-  static constexpr int kTurboBlocks = (D + 127) / 128;           // turbo: zero-padded blocks of 128
-  static constexpr int kTurboBlockBytes = KK == KeyKind::turbo_qjl ? 68  // BlockTurbo4Qjl
-                                          : KB == 2 ? 34 : KB == 3 ? 50 : 66;  // BlockTurbo2 / 3 / 4
-  static constexpr int kKeyBytes = KK == KeyKind::mse ? kIdxBytes + 2
-                                   : KK == KeyKind::fp8 ? D
-                                                        : kTurboBlocks * kTurboBlockBytes;
-  static constexpr int kValueCodeBytes = (D * VB + 7) / 8;
-  static constexpr int kValueBytes = VK == ValueKind::uniform ? kValueCodeBytes + 4 : kKeyBytes;
+  // (sizes: tq/formats/layouts.h, the CPU codecs' own expressions and block structs)
+  static constexpr int kIdxBytes = layout::packed_bytes(D, KB);  // mse index stream
+  static constexpr int kTurboBlocks = layout::turbo_blocks(D);   // turbo: zero-padded blocks of 128
+  static constexpr int kTurboBlockBytes = layout::turbo_block_bytes(KB, KK == KeyKind::turbo_qjl);  // sizeof(BlockTurbo*)
+  static constexpr int kKeyBytes = key_record_bytes(KK, KB, D);
+  static constexpr int kValueCodeBytes = layout::packed_bytes(D, VB);
+  static constexpr int kValueBytes = value_record_bytes(VK, VB, D);
   static constexpr int kLevels = 1 << KB;
   // blocks of 128 (keys and values alike): turbo2/3/4, or turbo4-qjl (kQjl)
   static constexpr bool kTurbo = KK == KeyKind::turbo || KK == KeyKind::turbo_qjl;

@@ -87,9 +87,6 @@ KernelFormat kernel_format(const KvFormat& f) {
   KernelFormat k;
   k.name = f.name;
   k.head_dim = f.head_dim;
-  k.key_bytes = int(f.key_bytes());
-  k.value_bytes = int(f.value_bytes());
-  k.slot_bytes = int(f.slot_bytes());
   const int d = f.head_dim;
   TQ_CHECK(d == 64 || d == 128 || d == 256, "GPU kernels: format '{}': head_dim {} not supported (64, 128 or 256)",
            f.name, d);
@@ -98,9 +95,13 @@ KernelFormat kernel_format(const KvFormat& f) {
                              "with rot=hadamard, with or without +nc)",
                              f.name, d, why, join(gpu_formats())));
   };
-  // the mapped kinds and bits must be a row of the GPU codec table
-  auto in_table = [&](const KernelFormat& k) -> KernelFormat {
+  // the mapped kinds and bits must be a row of the GPU codec table; the record sizes are the table's
+  // (tq/formats/layouts.h: the expressions the CPU codecs' row_bytes use too)
+  auto in_table = [&](KernelFormat k) -> KernelFormat {
     if (!gpu_codec(k)) throw unsupported("no GPU codec row for these key/value codecs and bits");
+    k.key_bytes = key_record_bytes(k.key, k.key_bits, d);
+    k.value_bytes = value_record_bytes(k.value, k.value_bits, d);
+    k.slot_bytes = f.vllm_slot ? layout::vllm_slot_bytes(k.key_bytes, k.value_bytes) : k.key_bytes + k.value_bytes;
     return k;
   };
 
@@ -159,7 +160,17 @@ KernelFormat kernel_format(const KvFormat& f) {
   if (!gpu_codec(k))
     throw unsupported(fmt::format("{}-bit {} keys with u{} values", k.key_bits, k.key == KeyKind::mse ? "mse" : "fp8",
                                   k.value_bits));
-  return k;
+  return in_table(k);
+}
+
+std::string layout_support(const KernelFormat& f) {
+  const int kb = key_record_bytes(f.key, f.key_bits, f.head_dim), vb = value_record_bytes(f.value, f.value_bits, f.head_dim);
+  const int plain = kb + vb, vllm = layout::vllm_slot_bytes(kb, vb);
+  if (f.key_bytes != kb || f.value_bytes != vb || (f.slot_bytes != plain && f.slot_bytes != vllm))
+    return fmt::format("format '{}': record sizes key {} / value {} / slot {} bytes do not match its codecs' layout at "
+                       "head_dim {} (key {} / value {} / slot {} or {}: use kernel_format)",
+                       f.name, f.key_bytes, f.value_bytes, f.slot_bytes, f.head_dim, kb, vb, plain, vllm);
+  return {};
 }
 
 std::string decode_support(const KernelFormat& f) {

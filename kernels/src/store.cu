@@ -332,8 +332,6 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
   a.planes = p.cache.layout == CacheLayout::planes ? 1 : 0;
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
-    if (C::kKeyBytes != f.key_bytes || C::kValueBytes != f.value_bytes)
-      throw_error("store_kv: compiled record sizes disagree with the format (internal error)");
     if constexpr (quad_store_supported<C>()) {
       // quad kernel: vLLM layout, 16-byte aligned fp16 rows, 32-bit row indices
       const bool rows16 = is_aligned(p.key, 16) && is_aligned(p.value, 16) && p.key_stride_token % 8 == 0 &&

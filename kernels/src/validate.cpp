@@ -25,6 +25,7 @@ bool valid_block_size(int b) { return b == 16 || b == 32 || b == 64 || b == 128;
 std::string check_cache(const char* who, const KernelFormat& f, const PagedCache& c) {
   if (!c.data) return fmt::format("{}: cache.data is null", who);
   if (!is_aligned(c.data, 16)) return fmt::format("{}: cache.data must be 16-byte aligned", who);
+  if (auto e = layout_support(f); !e.empty()) return fmt::format("{}: {}", who, e);
   if (c.slot_bytes != f.slot_bytes)
     return fmt::format("{}: cache.slot_bytes {} != format '{}' slot_bytes {}", who, c.slot_bytes, f.name, f.slot_bytes);
   if (f.slot_bytes % 2) return fmt::format("{}: format '{}' has an odd slot size {}", who, f.name, f.slot_bytes);

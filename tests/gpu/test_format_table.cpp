@@ -84,6 +84,7 @@ TEST_CASE("format table: the dispatch reaches each row's FormatCfg, with the CPU
         REQUIRE(C::kD == d);
         REQUIRE(C::kKeyBytes == k.key_bytes);
         REQUIRE(C::kValueBytes == k.value_bytes);
+        REQUIRE(size_t(C::kKeyBytes) == tq::make_format(row.format, d).key_bytes());  // the CPU codec's row_bytes
       };
       tq::cuda::dispatch_format(k, check);
       REQUIRE(calls == 1);
@@ -94,4 +95,31 @@ TEST_CASE("format table: the dispatch reaches each row's FormatCfg, with the CPU
         REQUIRE_THROWS_WITH(tq::cuda::dispatch_decode_format(k, check), Contains("no kernel"));
       }
     }
+}
+
+// The record sizes at d = 128 as literals (vLLM's slot sizes for its presets: key | value | pad to even;
+// turboquant_plus's 34 / 50 / 66 / 68-byte blocks), and a hand-built KernelFormat whose sizes are not its
+// codecs' layout refused by name before any launch.
+TEST_CASE("format table: record sizes at d 128, and KernelFormats with other sizes refused", "[host][formats]") {
+  struct Expect {
+    const char* format;
+    int key, value, slot;
+  };
+  for (const Expect& e : {Expect{"turboquant_4bit_nc", 66, 68, 134}, Expect{"turboquant_k3v4_nc", 50, 68, 118},
+                          Expect{"turboquant_3bit_nc", 50, 52, 102}, Expect{"turboquant_k8v4", 128, 68, 196},
+                          Expect{"turbo2", 34, 34, 68}, Expect{"turbo3", 50, 50, 100}, Expect{"turbo4", 66, 66, 132},
+                          Expect{"turbo4-qjl", 68, 68, 136}}) {
+    INFO(e.format);
+    tq::cuda::KernelFormat k = tq::cuda::kernel_format(tq::make_format(e.format, 128));
+    REQUIRE(k.key_bytes == e.key);
+    REQUIRE(k.value_bytes == e.value);
+    REQUIRE(k.slot_bytes == e.slot);
+    REQUIRE(tq::cuda::layout_support(k).empty());
+    k.key_bytes += 2;
+    REQUIRE_THAT(tq::cuda::layout_support(k),
+                 Contains(std::string("format '") + e.format) && Contains("do not match its codecs' layout"));
+    k.key_bytes -= 2;
+    k.slot_bytes += 2;
+    REQUIRE_THAT(tq::cuda::layout_support(k), Contains("do not match its codecs' layout"));
+  }
 }

@@ -5,6 +5,7 @@
 #include "tq/format.h"
 #include "tq/formats/int_per_token.h"
 #include "tq/formats/kivi.h"
+#include "tq/formats/layouts.h"
 #include "tq/formats/llama_blocks.h"
 #include "tq/formats/mse.h"
 #include "tq/formats/plain.h"
@@ -134,7 +135,7 @@ CodecPtr make_codec(const std::string& codec, bool is_key, int d, const Options&
 
 size_t KvFormat::slot_bytes() const {
   const size_t s = key_bytes() + value_bytes();
-  return vllm_slot ? s + (s & 1) : s;
+  return vllm_slot ? size_t(layout::vllm_slot_bytes(int(key_bytes()), int(value_bytes()))) : s;
 }
 
 void KvFormat::encode_slots(const float* k, const float* v, int64_t n, uint8_t* slots) const {

@@ -2,6 +2,7 @@
 
 #include "bytes.h"
 #include "tq/error.h"
+#include "tq/formats/layouts.h"
 
 namespace tq {
 
@@ -26,7 +27,7 @@ size_t PlainCodec::row_bytes() const {
   switch (kind_) {
     case PlainKind::f32: return 4 * d;
     case PlainKind::f16: return 2 * d;
-    default: return d;
+    default: return size_t(layout::fp8_record_bytes(int(d)));  // fp8 E4M3 / E4B15
   }
 }
 

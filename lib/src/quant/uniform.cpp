@@ -6,6 +6,7 @@
 #include "bytes.h"
 #include "tq/bitpack.h"
 #include "tq/error.h"
+#include "tq/formats/layouts.h"
 
 namespace tq {
 
@@ -16,7 +17,7 @@ UniformCodec::UniformCodec(int bits, int d) : Codec(fmt::format("u{}", bits), d)
   code_bytes_ = packed_bytes(size_t(d), bits);
 }
 
-size_t UniformCodec::row_bytes() const { return code_bytes_ + 4; }
+size_t UniformCodec::row_bytes() const { return size_t(layout::uniform_record_bytes(dim(), bits_)); }
 
 double UniformCodec::gaussian_nmse_bound() const {
   const double step = 2 * gaussian_max_envelope(dim()) / ((1 << bits_) - 1);

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tq/formats/layouts.h"
+
 namespace tq {
 struct KvFormat;
 }
@@ -30,6 +32,19 @@ enum class ValueKind : int {
   turbo = 1,      // the same turbo block codec as the key
   turbo_qjl = 2,  // turbo4-qjl blocks, as the key
 };
+
+// Bytes of a key / value record of these kinds and bits at head_dim d (tq/formats/layouts.h, the
+// expressions the CPU codecs' row_bytes use): the kernels' compile-time sizes (FormatCfg) and
+// kernel_format's come from here, so they cannot disagree.
+constexpr int key_record_bytes(KeyKind k, int bits, int d) {
+  return k == KeyKind::mse   ? layout::mse_record_bytes(d, bits)
+         : k == KeyKind::fp8 ? layout::fp8_record_bytes(d)
+                             : layout::turbo_record_bytes(d, bits, k == KeyKind::turbo_qjl);
+}
+constexpr int value_record_bytes(ValueKind v, int bits, int d) {
+  return v == ValueKind::uniform ? layout::uniform_record_bytes(d, bits)
+                                 : layout::turbo_record_bytes(d, bits, v == ValueKind::turbo_qjl);
+}
 
 struct KernelFormat {
   std::string name;
@@ -104,6 +119,9 @@ KernelFormat kernel_format(const KvFormat& format);
 // u3/u4 specs it instantiates; turbo2/turbo3/turbo4, turbo4-qjl). Empty string = yes;
 // otherwise the reason.
 std::string decode_support(const KernelFormat& f);
+// Empty when f's key_bytes / value_bytes / slot_bytes are its codecs' layout (as kernel_format sets
+// them; the slot with or without vLLM's pad byte), else why not (a hand-built KernelFormat).
+std::string layout_support(const KernelFormat& f);
 
 // Whether the store and decode kernels handle this format in the plane layout
 // (CacheLayout::planes: mse keys + 4-bit uniform values). Empty = yes.

@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "tq/codec.h"
+#include "tq/formats/layouts.h"
 #include "tq/rotation.h"
 #include "tq/scalar_codebook.h"
 
@@ -31,7 +32,7 @@ class MseCodec final : public Codec {
  public:
   MseCodec(int bits, int d, std::shared_ptr<const Rotation> rot, std::shared_ptr<const ScalarCodebook> cb,
            NormMode norm, std::string name);
-  size_t row_bytes() const override { return idx_bytes_ + 2; }
+  size_t row_bytes() const override { return size_t(layout::mse_record_bytes(dim(), bits_)); }
   void encode(const float* x, int64_t n, uint8_t* out) const override;
   void decode(const uint8_t* in, int64_t n, float* out) const override;
   void prepare_query(const float* q, float* prepared) const override;

@@ -20,42 +20,17 @@
 //   turbo4-qjl stores the raw n (a corrected norm would bias the QJL estimate)
 //   and rnorm = ‖y − c‖; ŷ = c + √(π/2)/128·rnorm·Sᵀz.
 // Decode: x̂ = D1·(H/√128)·D2·(norm16·ŷ), the first d values of the padded head.
+// The block structs are in tq/formats/layouts.h (shared with the GPU kernels).
 #pragma once
 
 #include <memory>
 
 #include "tq/codec.h"
+#include "tq/formats/layouts.h"
 #include "tq/rotation.h"
 #include "tq/scalar_codebook.h"
 
 namespace tq {
-
-struct BlockTurbo2 {
-  uint16_t norm;
-  uint8_t qs[32];
-};
-static_assert(sizeof(BlockTurbo2) == 34, "turbo2 block is 34 bytes");
-
-struct BlockTurbo3 {
-  uint16_t norm;
-  uint8_t qs[32];
-  uint8_t signs[16];
-};
-static_assert(sizeof(BlockTurbo3) == 50, "turbo3 block is 50 bytes");
-
-struct BlockTurbo4 {
-  uint16_t norm;
-  uint8_t qs[64];
-};
-static_assert(sizeof(BlockTurbo4) == 66, "turbo4 block is 66 bytes");
-
-struct BlockTurbo4Qjl {
-  uint16_t norm;
-  uint16_t rnorm;
-  uint8_t qs[48];
-  uint8_t signs[16];
-};
-static_assert(sizeof(BlockTurbo4Qjl) == 68, "turbo4-qjl block is 68 bytes");
 
 enum class TurboKind { turbo2, turbo3, turbo4, turbo4_qjl };
 
