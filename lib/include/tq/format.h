@@ -12,8 +12,8 @@
 //   e.g. "k=prod3,v=u4", "k=mse3,v=mse3,rot=haar:1", "turboquant_4bit_nc,cb=gauss".
 // vLLM presets use the vLLM slot layout: key part | value part, padded to an
 // even size (the pad byte is written as 0); other formats are key | value.
-// To add a format: one header in tq/formats/ and one line in kRegistry
-// (lib/src/format/registry.cpp).
+// To add a codec: one header in tq/formats/ and one row in kCodecs; a preset: one line in kRegistry
+// (both in lib/src/format/registry.cpp).
 #pragma once
 
 #include <string>

@@ -87,48 +87,104 @@ int parse_bits(const std::string& codec, size_t prefix_len) {
   return b[0] - '0';
 }
 
+// What a codec row's factory gets: the spec's codec name parsed by the row's pattern.
+struct CodecArgs {
+  const std::string& codec;  // as written ("mse3+nc")
+  int bits;                  // the <b> digit (0 for fixed names)
+  std::string suffix;        // the [+…] option written ("" if none)
+  bool is_key;
+  int d;
+  const Options& o;
+  const FormatOverrides& over;
+  std::shared_ptr<const ScalarCodebook> codebook(int b) const {
+    return over.codebook ? over.codebook(d, b) : get_scalar_codebook(o.get("cb", "gauss"), d, b);
+  }
+};
+
+// The codec table (as ggml's type_traits): one row per codec — the name a spec writes ("<b>": one bits
+// digit; "[+x|+y]": optional suffixes), what it is, and its factory. Record sizes and quality bounds are
+// the codec classes' own (Codec::row_bytes from tq/formats/layouts.h where the GPU shares the layout;
+// Codec::gaussian_nmse_bound). A new codec: its header in tq/formats/ and one row here.
+struct CodecRow {
+  const char* pattern;
+  const char* what;
+  CodecPtr (*make)(const CodecArgs&);
+};
+const CodecRow kCodecs[] = {
+    {"f16", "fp16", [](const CodecArgs& a) -> CodecPtr { return std::make_shared<PlainCodec>(PlainKind::f16, a.d); }},
+    {"f32", "float32", [](const CodecArgs& a) -> CodecPtr { return std::make_shared<PlainCodec>(PlainKind::f32, a.d); }},
+    {"fp8", "FP8 E4M3, no scale",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<PlainCodec>(PlainKind::fp8_e4m3, a.d); }},
+    {"fp8e4b15", "FP8 E4B15 (Triton's pre-sm89 encoding), no scale",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<PlainCodec>(PlainKind::fp8_e4b15, a.d); }},
+    {"q8_0", "llama.cpp q8_0 blocks of 32",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<LlamaBlockCodec>(LlamaBlockCodec::q8_0, a.d); }},
+    {"q4_0", "llama.cpp q4_0 blocks of 32",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<LlamaBlockCodec>(LlamaBlockCodec::q4_0, a.d); }},
+    {"int8", "per-vector symmetric int8", [](const CodecArgs& a) -> CodecPtr { return std::make_shared<IntCodec>(8, a.d); }},
+    {"int4", "per-vector symmetric int4", [](const CodecArgs& a) -> CodecPtr { return std::make_shared<IntCodec>(4, a.d); }},
+    {"turbo2", "turboquant_plus 2-bit blocks of 128",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<TurboCodec>(TurboKind::turbo2, a.d); }},
+    {"turbo3", "turboquant_plus 3-bit blocks of 128",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<TurboCodec>(TurboKind::turbo3, a.d); }},
+    {"turbo4", "turboquant_plus 4-bit blocks of 128",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<TurboCodec>(TurboKind::turbo4, a.d); }},
+    {"turbo4-qjl", "turboquant_plus 3-bit + 1-bit QJL blocks of 128",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<TurboCodec>(TurboKind::turbo4_qjl, a.d); }},
+    {"kivi<b>", "KIVI: keys per channel over groups of tokens, values per token",
+     [](const CodecArgs& a) -> CodecPtr {
+       if (a.is_key) return std::make_shared<KiviKeyCodec>(a.bits, a.d);
+       return std::make_shared<KiviValueCodec>(a.bits, a.d);
+     }},
+    {"u<b>", "per-vector min/max uniform codes",
+     [](const CodecArgs& a) -> CodecPtr { return std::make_shared<UniformCodec>(a.bits, a.d); }},
+    {"mse<b>[+nc|+fold]", "rotation + Lloyd-Max scalar codebook (+nc: norm corrected on read; +fold: into the codes)",
+     [](const CodecArgs& a) -> CodecPtr {
+       const NormMode norm = a.suffix == "+nc" ? NormMode::nc : a.suffix == "+fold" ? NormMode::fold : NormMode::raw;
+       return std::make_shared<MseCodec>(a.bits, a.d, make_rotation(a.o.get("rot", "auto"), a.d), a.codebook(a.bits), norm,
+                                         a.codec);
+     }},
+    {"prod<b>", "TurboQuant-prod: (b-1)-bit mse + 1-bit QJL of the residual",
+     [](const CodecArgs& a) -> CodecPtr {
+       auto cb = a.bits > 1 ? a.codebook(a.bits - 1) : nullptr;
+       auto qjl = std::make_shared<const QjlProjection>(a.o.get("qjl", "gauss:1"), a.d);
+       return std::make_shared<ProdCodec>(a.bits, a.d, make_rotation(a.o.get("rot", "auto"), a.d), cb, qjl, a.codec);
+     }},
+};
+
+// Whether `codec` is written in row r's pattern; bits / suffix: what it wrote. A "<b>" row claims a name of
+// its prefix, one character and one of its suffixes, and checks that character as bits (mse9: an error, not
+// an unknown codec).
+bool claims(const CodecRow& r, const std::string& codec, int& bits, std::string& suffix) {
+  const std::string pat = r.pattern;
+  const size_t at = pat.find("<b>");
+  bits = 0;
+  suffix.clear();
+  if (at == std::string::npos) return codec == pat;
+  const std::string prefix = pat.substr(0, at);
+  std::string base = codec;
+  if (const size_t lb = pat.find('[', at); lb != std::string::npos) {
+    for (const auto& sfx : split(pat.substr(lb + 1, pat.find(']', lb) - lb - 1), '|'))
+      if (base.size() > sfx.size() && base.compare(base.size() - sfx.size(), sfx.size(), sfx) == 0) {
+        suffix = sfx;
+        base.resize(base.size() - sfx.size());
+        break;
+      }
+  }
+  if (base.size() != prefix.size() + 1 || base.compare(0, prefix.size(), prefix) != 0) return false;
+  bits = parse_bits(base, prefix.size());
+  return true;
+}
+
 CodecPtr make_codec(const std::string& codec, bool is_key, int d, const Options& o, const FormatOverrides& over) {
-  auto starts = [&](const char* p) { return codec.rfind(p, 0) == 0; };
-  auto codebook = [&](int bits) {
-    return over.codebook ? over.codebook(d, bits) : get_scalar_codebook(o.get("cb", "gauss"), d, bits);
-  };
-  if (codec == "f16") return std::make_shared<PlainCodec>(PlainKind::f16, d);
-  if (codec == "f32") return std::make_shared<PlainCodec>(PlainKind::f32, d);
-  if (codec == "fp8") return std::make_shared<PlainCodec>(PlainKind::fp8_e4m3, d);
-  if (codec == "fp8e4b15") return std::make_shared<PlainCodec>(PlainKind::fp8_e4b15, d);
-  if (codec == "q8_0") return std::make_shared<LlamaBlockCodec>(LlamaBlockCodec::q8_0, d);
-  if (codec == "q4_0") return std::make_shared<LlamaBlockCodec>(LlamaBlockCodec::q4_0, d);
-  if (codec == "int8") return std::make_shared<IntCodec>(8, d);
-  if (codec == "int4") return std::make_shared<IntCodec>(4, d);
-  if (codec == "turbo2") return std::make_shared<TurboCodec>(TurboKind::turbo2, d);
-  if (codec == "turbo3") return std::make_shared<TurboCodec>(TurboKind::turbo3, d);
-  if (codec == "turbo4") return std::make_shared<TurboCodec>(TurboKind::turbo4, d);
-  if (codec == "turbo4-qjl") return std::make_shared<TurboCodec>(TurboKind::turbo4_qjl, d);
-  if (starts("kivi")) {
-    const int b = parse_bits(codec, 4);
-    if (is_key) return std::make_shared<KiviKeyCodec>(b, d);
-    return std::make_shared<KiviValueCodec>(b, d);
+  for (const CodecRow& r : kCodecs) {
+    int bits = 0;
+    std::string suffix;
+    if (claims(r, codec, bits, suffix)) return r.make(CodecArgs{codec, bits, suffix, is_key, d, o, over});
   }
-  if (starts("u") && codec.size() == 2) return std::make_shared<UniformCodec>(parse_bits(codec, 1), d);
-  if (starts("mse")) {
-    std::string base = codec;
-    NormMode norm = NormMode::raw;
-    if (base.size() > 3 && base.compare(base.size() - 3, 3, "+nc") == 0) { norm = NormMode::nc; base.resize(base.size() - 3); }
-    else if (base.size() > 5 && base.compare(base.size() - 5, 5, "+fold") == 0) { norm = NormMode::fold; base.resize(base.size() - 5); }
-    const int b = parse_bits(base, 3);
-    std::shared_ptr<const Rotation> rot = make_rotation(o.get("rot", "auto"), d);
-    return std::make_shared<MseCodec>(b, d, rot, codebook(b), norm, codec);
-  }
-  if (starts("prod")) {
-    const int b = parse_bits(codec, 4);
-    std::shared_ptr<const Rotation> rot = make_rotation(o.get("rot", "auto"), d);
-    auto cb = b > 1 ? codebook(b - 1) : nullptr;
-    auto qjl = std::make_shared<const QjlProjection>(o.get("qjl", "gauss:1"), d);
-    return std::make_shared<ProdCodec>(b, d, rot, cb, qjl, codec);
-  }
-  TQ_THROW("unknown codec '{}' (expected mse<b>[+nc|+fold], prod<b>, u<b>, f16, f32, fp8, fp8e4b15, q8_0, q4_0, "
-           "int8, int4, kivi<b>, turbo2|3|4, turbo4-qjl)",
-           codec);
+  std::string patterns;
+  for (const CodecRow& r : kCodecs) patterns += std::string(patterns.empty() ? "" : ", ") + r.pattern;
+  TQ_THROW("unknown codec '{}' (expected one of: {})", codec, patterns);
 }
 
 }  // namespace
