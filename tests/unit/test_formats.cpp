@@ -9,8 +9,10 @@
 
 #include "tq/error.h"
 #include "tq/format.h"
+#include "tq/formats/kivi.h"
 #include "tq/formats/mse.h"
 #include "tq/formats/turbo.h"
+#include "tq/formats/uniform.h"
 #include "tq/rng.h"
 
 using namespace tq;
@@ -243,6 +245,26 @@ TEST_CASE("formats: zero rows, tiny and huge norms, bad values", "[formats]") {
   }
 }
 
+// Every pattern of the codec table builds the codec it names (suffixes, the key / value split of KIVI).
+TEST_CASE("formats: the codec table's patterns build their codecs", "[formats]") {
+  const KvFormat nc = make_format("k=mse3+nc,v=u2", 64), fold = make_format("k=mse3+fold,v=mse2", 64);
+  REQUIRE(dynamic_cast<const MseCodec&>(*nc.key).norm_mode() == NormMode::nc);
+  REQUIRE(dynamic_cast<const MseCodec&>(*nc.key).bits() == 3);
+  REQUIRE(dynamic_cast<const MseCodec&>(*fold.key).norm_mode() == NormMode::fold);
+  REQUIRE(dynamic_cast<const MseCodec&>(*fold.value).norm_mode() == NormMode::raw);
+  REQUIRE(dynamic_cast<const UniformCodec&>(*nc.value).bits() == 2);
+  REQUIRE(nc.key_bytes() == 64 * 3 / 8 + 2);    // indices + fp16 norm
+  REQUIRE(nc.value_bytes() == 64 * 2 / 8 + 4);  // codes + fp16 scale + fp16 zero
+  const KvFormat kivi = make_format("k=kivi2,v=kivi2", 128);
+  REQUIRE(dynamic_cast<const KiviKeyCodec*>(kivi.key.get()) != nullptr);
+  REQUIRE(dynamic_cast<const KiviValueCodec*>(kivi.value.get()) != nullptr);
+  for (const char* c : {"f16", "f32", "fp8", "fp8e4b15", "q8_0", "q4_0", "int8", "int4", "turbo2", "turbo3", "turbo4",
+                        "turbo4-qjl", "u4", "prod3"}) {
+    INFO(c);
+    REQUIRE(make_format(std::string("k=") + c, 128).key->name().find(c) != std::string::npos);
+  }
+}
+
 TEST_CASE("formats: unknown names and unsupported head_dims are refused by name", "[formats]") {
   REQUIRE_THROWS_WITH(make_format("turboquant_5bit", 128), Catch::Contains("unknown format 'turboquant_5bit'"));
   REQUIRE_THROWS_WITH(make_format("turboquant_3bit_nc", 20), Catch::Contains("turboquant_3bit_nc") &&
@@ -252,6 +274,11 @@ TEST_CASE("formats: unknown names and unsupported head_dims are refused by name"
   REQUIRE_THROWS_WITH(make_format("q8_0", 48), Catch::Contains("head_dim % 32"));
   REQUIRE_THROWS_WITH(make_format("k=mse9", 128), Catch::Contains("bits"));
   REQUIRE_THROWS_WITH(make_format("k=zstd", 128), Catch::Contains("unknown codec 'zstd'"));
+  // the codec table's patterns: the message lists them; a <b> row claims one digit, its suffixes only
+  REQUIRE_THROWS_WITH(make_format("k=mse10", 128), Catch::Contains("unknown codec 'mse10'") &&
+                                                       Catch::Contains("mse<b>[+nc|+fold]") && Catch::Contains("kivi<b>"));
+  REQUIRE_THROWS_WITH(make_format("k=mse4+xy", 128), Catch::Contains("unknown codec 'mse4+xy'"));
+  REQUIRE_THROWS_WITH(make_format("k=u0", 128), Catch::Contains("codec 'u0': bits must be a digit 1..8"));
   REQUIRE_THROWS_WITH(make_format("k=mse4,rot=spin", 128), Catch::Contains("unknown rotation 'spin'"));
   REQUIRE_THROWS_WITH(make_format("k=mse4,color=red", 128), Catch::Contains("unknown option 'color'"));
   REQUIRE_THROWS_WITH(make_format("k=prod3,qjl=cauchy", 128), Catch::Contains("qjl"));
