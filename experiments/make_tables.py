@@ -9,7 +9,7 @@ Sources (all under experiments/results/):
   eval/*_ctx512.txt          tq-eval text output, n_ctx 512, every layer quantized
                              (the first line is the command, "$ ...")
   qwen/ppl512.txt            the same for Qwen2.5-Coder-1.5B (experiments/qwen_eval.sh)
-  qwen/ppl512-skip.txt       the same with --skip-layers first2,last2
+  qwen/ppl512-skip-all.txt   the same with --skip-layers first2,last2, the whole text (34 chunks)
   kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench)
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
 
@@ -27,12 +27,22 @@ RES = os.path.join(ROOT, "experiments", "results")
 MODELS = [
     ("SmolLM2-135M (d 64)", os.path.join(RES, "eval", "smollm2_ctx512.txt")),
     ("Qwen2.5-Coder-1.5B (d 128)", os.path.join(RES, "qwen", "ppl512.txt")),
-    ("Qwen2.5-Coder-1.5B, layers 0, 1, 26, 27 fp16", os.path.join(RES, "qwen", "ppl512-skip.txt")),
+    ("Qwen2.5-Coder-1.5B, layers 0, 1, 26, 27 fp16", os.path.join(RES, "qwen", "ppl512-skip-all.txt")),
 ]
 FORMATS = ["q8_0", "turboquant_k8v4", "turboquant_4bit_nc", "turbo4", "q4_0", "turboquant_k3v4_nc", "turbo3",
            "turboquant_3bit_nc", "turbo2"]
 ROW = re.compile(r"^(\S+)\s+([\d.]+) ± ([\d.]+)\s+([+-][\d.]+) ± ([\d.]+)\s+([\d.]+) ± ([\d.]+)\s+([\d.]+)"
                  r"\s+([\d.]+) ± ([\d.]+)\s+([\d.]+) ± ([\d.]+)\s*$")
+
+
+def scored_text(path):
+    """'N chunks, M scored tokens' from tq-eval's 'M scored tokens in N chunk(s)' line."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^(\d+) scored tokens in (\d+) chunk", line)
+            if m:
+                return f"{m.group(2)} chunks, {m.group(1)} scored tokens"
+    raise SystemExit(f"make_tables.py: {path}: no 'scored tokens' line")
 
 
 def eval_rows(path):
@@ -94,9 +104,9 @@ def headline():
     note = (f"Decode: one NVIDIA H200, batch {any_row['batch']}, {any_row['q_heads']} query / {any_row['kv_heads']} KV "
             f"heads, head_dim {any_row['head_dim']}, 32K tokens each, vLLM page layout; our FP16 paged decode "
             f"{any_row['decode']['f16_median_ms']:.3f} ms, torch SDPA (fp16, cuDNN/flash) {sdpa:.3f} ms, device copy "
-            f"{any_row['copy_gbps']:.0f} GB/s. Quality: tq-eval, n_ctx 512, Jargon File Part I (SmolLM2: the whole text, "
-            "36 chunks; Qwen: the first 8 chunks, 2040 scored tokens), reference an fp16 cache, every layer quantized unless "
-            "the column says otherwise.")
+            f"{any_row['copy_gbps']:.0f} GB/s. Quality: tq-eval, n_ctx 512, Jargon File Part I ("
+            + "; ".join(f"{label}: {scored_text(path)}" for label, path in MODELS)
+            + "), reference an fp16 cache, every layer quantized unless the column says otherwise.")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
