@@ -119,7 +119,7 @@ step_passkey_grid() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey long ppl512-kivi ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey passkey-grid long ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512-f16) step_ppl512_f16 ;;
