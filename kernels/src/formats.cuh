@@ -15,11 +15,11 @@ struct FormatCfg {
   static constexpr ValueKind kValue = VK;
   static constexpr int kKeyBits = KB, kValueBits = VB, kD = D;
   // (sizes: tq/formats/layouts.h, the CPU codecs' own expressions and block structs)
-  static constexpr int kIdxBytes = layout::packed_bytes(D, KB);  // mse index stream
+  static constexpr int kIdxBytes = int(packed_bytes(D, KB));  // mse index stream
   static constexpr int kTurboBlocks = layout::turbo_blocks(D);   // turbo: zero-padded blocks of 128
   static constexpr int kTurboBlockBytes = layout::turbo_block_bytes(KB, KK == KeyKind::turbo_qjl);  // sizeof(BlockTurbo*)
   static constexpr int kKeyBytes = key_record_bytes(KK, KB, D);
-  static constexpr int kValueCodeBytes = layout::packed_bytes(D, VB);
+  static constexpr int kValueCodeBytes = int(packed_bytes(D, VB));
   static constexpr int kValueBytes = value_record_bytes(VK, VB, D);
   static constexpr int kLevels = 1 << KB;
   // blocks of 128 (keys and values alike): turbo2/3/4, or turbo4-qjl (kQjl)

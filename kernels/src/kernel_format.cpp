@@ -62,6 +62,15 @@ bool key_row(KeyKind key, int bits) {
   return false;
 }
 
+// The record sizes of f's codecs (the table's layout), and its slot without and with vLLM's pad byte.
+struct RecordSizes {
+  int key, value, plain, vllm;
+};
+RecordSizes record_sizes(const KernelFormat& f) {
+  const int kb = key_record_bytes(f.key, f.key_bits, f.head_dim), vb = value_record_bytes(f.value, f.value_bits, f.head_dim);
+  return {kb, vb, kb + vb, layout::vllm_slot_bytes(kb, vb)};
+}
+
 std::string join(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -99,9 +108,10 @@ KernelFormat kernel_format(const KvFormat& f) {
   // (tq/formats/layouts.h: the expressions the CPU codecs' row_bytes use too)
   auto in_table = [&](KernelFormat k) -> KernelFormat {
     if (!gpu_codec(k)) throw unsupported("no GPU codec row for these key/value codecs and bits");
-    k.key_bytes = key_record_bytes(k.key, k.key_bits, d);
-    k.value_bytes = value_record_bytes(k.value, k.value_bits, d);
-    k.slot_bytes = f.vllm_slot ? layout::vllm_slot_bytes(k.key_bytes, k.value_bytes) : k.key_bytes + k.value_bytes;
+    const RecordSizes r = record_sizes(k);
+    k.key_bytes = r.key;
+    k.value_bytes = r.value;
+    k.slot_bytes = f.vllm_slot ? r.vllm : r.plain;
     return k;
   };
 
@@ -164,12 +174,11 @@ KernelFormat kernel_format(const KvFormat& f) {
 }
 
 std::string layout_support(const KernelFormat& f) {
-  const int kb = key_record_bytes(f.key, f.key_bits, f.head_dim), vb = value_record_bytes(f.value, f.value_bits, f.head_dim);
-  const int plain = kb + vb, vllm = layout::vllm_slot_bytes(kb, vb);
-  if (f.key_bytes != kb || f.value_bytes != vb || (f.slot_bytes != plain && f.slot_bytes != vllm))
+  const RecordSizes r = record_sizes(f);
+  if (f.key_bytes != r.key || f.value_bytes != r.value || (f.slot_bytes != r.plain && f.slot_bytes != r.vllm))
     return fmt::format("format '{}': record sizes key {} / value {} / slot {} bytes do not match its codecs' layout at "
                        "head_dim {} (key {} / value {} / slot {} or {}: use kernel_format)",
-                       f.name, f.key_bytes, f.value_bytes, f.slot_bytes, f.head_dim, kb, vb, plain, vllm);
+                       f.name, f.key_bytes, f.value_bytes, f.slot_bytes, f.head_dim, r.key, r.value, r.plain, r.vllm);
   return {};
 }
 

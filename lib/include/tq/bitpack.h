@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace tq {
+#include "tq/formats/layouts.h"  // packed_bytes
 
-inline size_t packed_bytes(size_t n_codes, int bits) { return (n_codes * size_t(bits) + 7) / 8; }
+namespace tq {
 
 // out must hold packed_bytes(n, bits) bytes; it is fully overwritten.
 void pack_bits(const uint8_t* codes, size_t n, int bits, uint8_t* out);

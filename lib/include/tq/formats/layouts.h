@@ -5,9 +5,13 @@
 // disagree. Field meanings: tq/formats/turbo.h (turbo blocks), tq/formats/mse.h, tq/formats/uniform.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tq {
+
+// Bytes of n codes of b bits packed LSB-first (tq/bitpack.h packs them).
+constexpr size_t packed_bytes(size_t n_codes, int bits) { return (n_codes * size_t(bits) + 7) / 8; }
 
 // turboquant_plus / llama.cpp-fork blocks of 128 values (ggml-common.h of TheTom/llama-cpp-turboquant)
 struct BlockTurbo2 {
@@ -39,12 +43,10 @@ static_assert(sizeof(BlockTurbo4Qjl) == 68, "turbo4-qjl block is 68 bytes");
 
 namespace layout {
 
-// n codes of b bits, LSB-first
-constexpr int packed_bytes(int n, int bits) { return (n * bits + 7) / 8; }
 // mse keys: the indices, then the fp16 norm
-constexpr int mse_record_bytes(int d, int bits) { return packed_bytes(d, bits) + 2; }
+constexpr int mse_record_bytes(int d, int bits) { return int(packed_bytes(size_t(d), bits)) + 2; }
 // uniform (min/max) values: the codes, then fp16 scale and fp16 zero
-constexpr int uniform_record_bytes(int d, int bits) { return packed_bytes(d, bits) + 4; }
+constexpr int uniform_record_bytes(int d, int bits) { return int(packed_bytes(size_t(d), bits)) + 4; }
 // turbo blocks: a head of d values zero-padded to whole blocks of 128
 constexpr int turbo_blocks(int d) { return (d + 127) / 128; }
 // the turbo block of `bits` (2, 3, 4; qjl: turbo4-qjl)
