@@ -1,7 +1,9 @@
 // Prefill throughput of the CPU forward passes: tokens/s at n_ctx 512 for each
 // fetched model (SmolLM2, Gemma 3, Qwen2.5-Coder 0.5B and 1.5B), without logits
 // and with logits for the second half of the window (what perplexity scoring
-// computes), f16 KV store.
+// computes), f16 KV store. Where the CPU has AVX-512 both matrix-product
+// kernels run, alternating, and the AVX-512 kernel's speed-up over the AVX2 one
+// is printed.
 // Run: build/tests/bench_prefill [--ctx N] [--reps N] [--threads N] [--models a,b,...]
 // Needs the fetched models (data/fetch_models.sh); a plain main, no Google Benchmark.
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 #include "tq/kv_store_basic.h"
 #include "tq/model.h"
 #include "tq/paths.h"
+#include "../../lib/src/model/gemm.h"
 
 namespace {
 
@@ -41,17 +44,34 @@ void bench(const std::string& name, int ctx, int reps, int threads) {
   tq::F16Store f16;
   tq::ForwardOptions opt;
   opt.n_threads = threads;
+  // The matrix-product kernels this CPU has (AVX-512 and the AVX2 kernel it
+  // replaces give the same bits), timed in alternation in the same run.
+  std::vector<bool> force_avx2 = {false};
+  if (std::string(tq::detail::gemm_packed_path()) == "avx512") force_avx2.push_back(true);
   for (const bool with_logits : {false, true}) {
-    std::vector<double> times;
+    std::vector<std::vector<double>> times(force_avx2.size());
     for (int r = 0; r < reps; ++r) {
-      const double s = now_s();
-      const auto logits = m.forward(tokens, &f16, with_logits ? ctx / 2 : ctx, nullptr, opt);
-      times.push_back(now_s() - s);
+      for (size_t k = 0; k < force_avx2.size(); ++k) {
+        tq::detail::gemm_force_avx2(force_avx2[k]);
+        const double s = now_s();
+        const auto logits = m.forward(tokens, &f16, with_logits ? ctx / 2 : ctx, nullptr, opt);
+        times[k].push_back(now_s() - s);
+      }
     }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    std::printf("%-8s ctx %d %-22s %8.1f tokens/s  (median of %d: %.3f s; load %.2f s)\n", name.c_str(), ctx,
-                with_logits ? "+ logits 2nd half" : "prefill, no logits", ctx / med, reps, med, load);
+    tq::detail::gemm_force_avx2(false);
+    double first = 0;
+    for (size_t k = 0; k < force_avx2.size(); ++k) {
+      std::sort(times[k].begin(), times[k].end());
+      const double med = times[k][times[k].size() / 2];
+      if (k == 0) first = med;
+      tq::detail::gemm_force_avx2(force_avx2[k]);
+      std::printf("%-8s ctx %d %-22s %-9s %8.1f tokens/s  (median of %d: %.3f s; load %.2f s)", name.c_str(), ctx,
+                  with_logits ? "+ logits 2nd half" : "prefill, no logits", tq::detail::gemm_packed_path(), ctx / med,
+                  reps, med, load);
+      if (k > 0) std::printf("  %s is %.2fx this", force_avx2[0] ? "avx2-fma" : "avx512", med / first);
+      std::printf("\n");
+    }
+    tq::detail::gemm_force_avx2(false);
   }
 }
 

@@ -1,11 +1,13 @@
 // The forward passes' NT matrix product (lib/src/model/gemm.h, internal):
-// both paths (AVX2 kernel when the CPU has it, Eigen) against a naive float64
-// product, over shapes with every edge case of the blocking (row tiles of 6,
+// every path (AVX-512 and AVX2 kernels where the CPU has them, Eigen / the
+// portable loops) against a naive float64 product, over shapes with every edge case of the blocking (row tiles of 6,
 // panels of 16, k-slices of 256) and with leading dimensions > the width.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "../../lib/src/model/gemm.h"
@@ -83,4 +85,38 @@ TEST_CASE("gemm_packed: pre-packed weights give the naive float64 product on bot
     }
   }
   tq::detail::gemm_force_eigen(false);
+}
+
+TEST_CASE("gemm_packed: the AVX-512 kernel gives the AVX2 kernel's bits", "[gemm]") {
+  tq::detail::gemm_force_eigen(false);
+  tq::detail::gemm_force_avx2(false);
+  if (std::string(tq::detail::gemm_packed_path()) != "avx512") {
+    WARN("this CPU has no AVX-512 (gemm_packed path " << tq::detail::gemm_packed_path() << "): nothing to compare");
+    return;
+  }
+  tq::Rng rng(10);
+  struct Shape { int n, m, k; };
+  // tails of every kind: rows (tiles of 6), columns (16-column panels taken in
+  // pairs, odd panel counts, partial last panel), k-slices of 256
+  const Shape shapes[] = {{1, 1, 1}, {7, 13, 37}, {6, 32, 256}, {13, 48, 300}, {97, 200, 64}, {5, 400, 513},
+                          {12, 1536, 1536}};
+  for (const Shape& s : shapes) {
+    INFO("n " << s.n << " m " << s.m << " k " << s.k);
+    const int ldx = s.k + 3, ldw = s.k + 5, ldy = s.m + 2;
+    std::vector<float> X(size_t(s.n) * ldx), W(size_t(s.m) * ldw);
+    for (auto& x : X) x = float(rng.gaussian());
+    for (auto& w : W) w = float(rng.gaussian());
+    tq::detail::PackedMatrix P(s.m, s.k);
+    P.set_rows(0, s.m, W.data(), ldw);
+    std::vector<float> y512(size_t(s.n) * ldy, 7.0f), y2 = y512;
+    const int split = std::min(s.m, 16 * ((s.m / 16 + 1) / 2));  // odd panel offsets in the second call
+    for (const bool avx2 : {false, true}) {
+      tq::detail::gemm_force_avx2(avx2);
+      float* y = avx2 ? y2.data() : y512.data();
+      tq::detail::gemm_packed(s.n, X.data(), ldx, P, 0, split, y, ldy);
+      tq::detail::gemm_packed(s.n, X.data(), ldx, P, split, s.m, y, ldy);
+    }
+    tq::detail::gemm_force_avx2(false);
+    CHECK(std::memcmp(y512.data(), y2.data(), y512.size() * sizeof(float)) == 0);
+  }
 }
