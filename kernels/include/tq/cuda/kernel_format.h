@@ -73,11 +73,12 @@ struct KernelFormat {
 // The GPU codec table: one row per key/value codec pair the kernels implement,
 //   X(KEY_KIND, KEY_BITS, VALUE_KIND, VALUE_BITS, DECODE, FORMAT)
 // The store and dequant kernels take every row (formats.cuh: dispatch_format); the paged decode
-// the rows with DECODE = 1 (dispatch_decode_format; each has a kernels/src/decode_<codec>.cu that
-// instantiates it). FORMAT is a format name that selects the row (a preset, a turbo block format
-// or a research spec). kernel_format, decode_support, their messages and the GPU tests' format
-// loops all read this table. A new GPU codec pair: one row, its FormatCfg paths in the kernels and,
-// for the decode, its decode_<codec>.cu.
+// the rows with DECODE = 1 (dispatch_decode_format; the build generates one translation unit per
+// such row that instantiates it: kernels/CMakeLists.txt, python/setup.py — they parse the rows
+// below, one per line, as written). FORMAT is a format name that selects the row (a preset, a turbo
+// block format or a research spec). kernel_format, decode_support, their messages and the GPU
+// tests' format loops all read this table. A new GPU codec pair: one row and its FormatCfg paths in
+// the kernels.
 #define TQ_GPU_CODECS(X)                              \
   X(mse, 4, uniform, 4, 1, "turboquant_4bit_nc")      \
   X(mse, 3, uniform, 4, 1, "turboquant_k3v4_nc")      \
