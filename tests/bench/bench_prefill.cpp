@@ -5,6 +5,7 @@
 // kernels run, alternating, and the AVX-512 kernel's speed-up over the AVX2 one
 // is printed.
 // Run: build/tests/bench_prefill [--ctx N] [--reps N] [--threads N] [--models a,b,...]
+//      [--gemm both|avx512|avx2]  (the matrix-product kernels to time; both: where the CPU has AVX-512)
 // Needs the fetched models (data/fetch_models.sh); a plain main, no Google Benchmark.
 #include <sys/stat.h>
 
@@ -28,7 +29,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void bench(const std::string& name, int ctx, int reps, int threads) {
+void bench(const std::string& name, int ctx, int reps, int threads, const std::string& kernels) {
   const std::string path = tq::default_model_path(name);
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
@@ -46,8 +47,10 @@ void bench(const std::string& name, int ctx, int reps, int threads) {
   opt.n_threads = threads;
   // The matrix-product kernels this CPU has (AVX-512 and the AVX2 kernel it
   // replaces give the same bits), timed in alternation in the same run.
-  std::vector<bool> force_avx2 = {false};
-  if (std::string(tq::detail::gemm_packed_path()) == "avx512") force_avx2.push_back(true);
+  std::vector<bool> force_avx2;
+  const bool has512 = std::string(tq::detail::gemm_packed_path()) == "avx512";
+  if (kernels != "avx2" && has512) force_avx2.push_back(false);
+  if (kernels != "avx512" || !has512) force_avx2.push_back(true);
   for (const bool with_logits : {false, true}) {
     std::vector<std::vector<double>> times(force_avx2.size());
     for (int r = 0; r < reps; ++r) {
@@ -79,23 +82,26 @@ void bench(const std::string& name, int ctx, int reps, int threads) {
 
 int main(int argc, char** argv) {
   int ctx = 512, reps = 3, threads = 0;
-  std::string models = "smollm2,gemma3,qwen0.5b,qwen1.5b";
+  std::string models = "smollm2,gemma3,qwen0.5b,qwen1.5b", kernels = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--models")) models = argv[i + 1];
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gemm")) kernels = argv[i + 1];
     else ctx = -1;  // unknown option: print the usage
   }
-  if (ctx < 2 || reps < 1 || argc % 2 == 0) {
-    std::fprintf(stderr, "usage: bench_prefill [--ctx N>=2] [--reps N>=1] [--threads N] [--models a,b,...]\n");
+  if (ctx < 2 || reps < 1 || argc % 2 == 0 || (kernels != "both" && kernels != "avx512" && kernels != "avx2")) {
+    std::fprintf(stderr,
+                 "usage: bench_prefill [--ctx N>=2] [--reps N>=1] [--threads N] [--models a,b,...] "
+                 "[--gemm both|avx512|avx2]\n");
     return 2;
   }
   try {
     size_t pos = 0;
     while (pos <= models.size()) {
       const size_t comma = std::min(models.find(',', pos), models.size());
-      if (comma > pos) bench(models.substr(pos, comma - pos), ctx, reps, threads);
+      if (comma > pos) bench(models.substr(pos, comma - pos), ctx, reps, threads, kernels);
       pos = comma + 1;
     }
   } catch (const tq::Error& e) {

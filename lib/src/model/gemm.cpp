@@ -205,66 +205,69 @@ TQ_AVX2 void gemm_packed_avx2(const PackedRows& X, const PackedMatrix& W, int64_
 }
 
 // AVX-512 (runtime dispatch, as AVX2): the same blocking over the same packed
-// operands, with a 6-row × 32-column micro-kernel (two 16-row panels, one zmm
-// per row and panel: 12 accumulators, per k step two panel loads, six
-// broadcasts and twelve FMAs). Every output is still one FMA chain over p in
-// order within each k-slice, so the results equal the AVX2 kernel's bit for
-// bit (test_gemm.cpp checks it). On the 2-core Xeon build machine (AVX-512
-// FMA 203 GFLOP/s per core against 110 for AVX2 in a register-only loop) this
-// lifts the Qwen2.5-1.5B prefill from 45–53 to the figures in README.md.
+// operands, with a 6-row × 64-column micro-kernel (four 16-row panels, one zmm
+// per row and panel). Every output is still one FMA chain over p in order
+// within each k-slice, so the results equal the AVX2 kernel's bit for bit
+// (test_gemm.cpp checks it). On the 2-core Xeon build machine: AVX-512 FMAs
+// run at 203 GFLOP/s per core against 110 for AVX2 (register-only loop); on
+// the Qwen2.5-1.5B shapes, 2 threads, 250–280 GFLOP/s against 155–175; 64
+// columns measured 10–15% faster than 32, and 12 rows × 32 columns slower
+// (spills). tests/bench/bench_prefill prints the two kernels' prefill speeds.
 #define TQ_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
-// Y rows [0, R) × columns [0, ncols) (ncols ≤ 16·NP) from accumulators acc[r]
-// of panel 0 (columns 0–15) and acc[6 + r] of panel 1, masked at the tail.
+// The micro-kernel's width in 16-row W panels (see gemm_packed_avx512).
+constexpr int kNP512 = 4;
+
+// Y rows [0, R) × columns [0, ncols) (ncols ≤ 16·NP) from accumulators acc[6·q + r] (panel q,
+// columns 16q … 16q + 15), masked at the tail.
 template <int R, int NP>
-TQ_AVX512 inline void put_rows512(const __m512 (&acc)[12], float* y, int64_t ldy, int ncols, bool accumulate) {
-  const __mmask16 m0 = ncols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << ncols) - 1u);
-  const int n1 = ncols - 16;
-  const __mmask16 m1 = n1 >= 16 ? __mmask16(0xFFFF) : n1 > 0 ? __mmask16((1u << n1) - 1u) : __mmask16(0);
-  for (int r = 0; r < R; ++r) {
-    float* out = y + r * ldy;
-    __m512 v0 = acc[r];
-    if (accumulate) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
-    _mm512_mask_storeu_ps(out, m0, v0);
-    if constexpr (NP == 2) {
-      __m512 v1 = acc[6 + r];
-      if (accumulate) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
-      _mm512_mask_storeu_ps(out + 16, m1, v1);
+TQ_AVX512 inline void put_rows512(const __m512 (&acc)[6 * kNP512], float* y, int64_t ldy, int ncols, bool accumulate) {
+#pragma GCC unroll 4
+  for (int q = 0; q < NP; ++q) {
+    const int nq = ncols - 16 * q;
+    const __mmask16 m = nq >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nq) - 1u);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      float* out = y + r * ldy + 16 * q;
+      __m512 v = acc[6 * q + r];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, out));
+      _mm512_mask_storeu_ps(out, m, v);
     }
   }
 }
 
-// R ≤ 6 rows of a packed X tile ([p][6]) times NP ≤ 2 consecutive W panels
-// (wp, wp + pstride). The accumulator array is indexed only by constants after
-// unrolling, so GCC keeps it in zmm registers.
+// R ≤ 6 rows of a packed X tile ([p][6]) times NP ≤ kNP512 consecutive W panels (wp + q·pstride).
+// The accumulator array is indexed only by constants after unrolling, so GCC keeps it in zmm
+// registers (6 × 4 accumulators, 4 panel loads and a broadcast: 29 of the 32).
 template <int R, int NP>
 TQ_AVX512 void micro512(int64_t kc, const float* x, const float* wp, int64_t pstride, float* y, int64_t ldy,
                         int ncols, bool accumulate) {
-  __m512 acc[12];
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_setzero_ps();
-  const float* wq = wp + (NP == 2 ? pstride : 0);
+  __m512 acc[6 * kNP512];
+#pragma GCC unroll 24
+  for (int i = 0; i < 6 * kNP512; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t p = 0; p < kc; ++p) {
-    const __m512 w0 = _mm512_loadu_ps(wp + 16 * p);
-    const __m512 w1 = NP == 2 ? _mm512_loadu_ps(wq + 16 * p) : w0;
+    __m512 w[kNP512];
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q) w[q] = _mm512_loadu_ps(wp + q * pstride + 16 * p);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m512 v = _mm512_set1_ps(x[p * MR + r]);
-      acc[r] = _mm512_fmadd_ps(v, w0, acc[r]);
-      if constexpr (NP == 2) acc[6 + r] = _mm512_fmadd_ps(v, w1, acc[6 + r]);
+#pragma GCC unroll 4
+      for (int q = 0; q < NP; ++q) acc[6 * q + r] = _mm512_fmadd_ps(v, w[q], acc[6 * q + r]);
     }
   }
   put_rows512<R, NP>(acc, y, ldy, ncols, accumulate);
 }
 
 using Micro512Fn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int, bool);
-const Micro512Fn kMicro512[2][MR] = {
-    {micro512<1, 1>, micro512<2, 1>, micro512<3, 1>, micro512<4, 1>, micro512<5, 1>, micro512<6, 1>},
-    {micro512<1, 2>, micro512<2, 2>, micro512<3, 2>, micro512<4, 2>, micro512<5, 2>, micro512<6, 2>}};
+template <int NP>
+constexpr Micro512Fn kRows512[MR] = {micro512<1, NP>, micro512<2, NP>, micro512<3, NP>,
+                                     micro512<4, NP>, micro512<5, NP>, micro512<6, NP>};
+const Micro512Fn* const kMicro512[kNP512] = {kRows512<1>, kRows512<2>, kRows512<3>, kRows512<4>};
 
 TQ_AVX512 void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y,
                                   int64_t ldy) {
-  constexpr int64_t KC = PackedRows::kSlice, NC = 2048, MC = 96;
+  constexpr int64_t KC = PackedRows::kSlice, NC = 2048, MC = 96, NW = kNP512 * NR;
   const int64_t k = W.cols(), n = X.rows(), pstride = k * NR;
   for (int64_t c0 = j0; c0 < j1; c0 += NC) {
     const int64_t c1 = j1 - c0 < NC ? j1 : c0 + NC;
@@ -273,12 +276,13 @@ TQ_AVX512 void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, in
       const bool acc = p0 > 0;
       for (int64_t i0 = 0; i0 < n; i0 += MC) {
         const int64_t i1 = n - i0 < MC ? n : i0 + MC;
-        for (int64_t c = c0; c < c1; c += 2 * NR) {
-          const int cols = int(c1 - c < 2 * NR ? c1 - c : 2 * NR);
+        for (int64_t c = c0; c < c1; c += NW) {
+          const int cols = int(c1 - c < NW ? c1 - c : NW);
           const float* wp = W.panel(c / NR) + p0 * NR;
           for (int64_t i = i0; i < i1; i += MR) {
             const int rb = int(i1 - i < MR ? i1 - i : MR);
-            kMicro512[cols > NR][rb - 1](kc, X.tile(p0 / KC, i / MR), wp, pstride, Y + i * ldy + c, ldy, cols, acc);
+            kMicro512[(cols - 1) / NR][rb - 1](kc, X.tile(p0 / KC, i / MR), wp, pstride, Y + i * ldy + c, ldy, cols,
+                                              acc);
           }
         }
       }
