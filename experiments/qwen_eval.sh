@@ -12,6 +12,9 @@
 #   ppl512        tq-eval, 1.5B, n_ctx 512, the first $CHUNKS chunks of Part I,
 #                 every vLLM preset, turbo format, q8_0 and q4_0
 #   ppl512-skip   the same with the first and last two layers kept at fp16
+#   ppl512-all, ppl512-skip-all
+#                 ppl512 and ppl512-skip over the whole of Part I (34 chunks;
+#                 each is 34 x 11 forwards, about 75 minutes on an idle box)
 #   ppl512-0.5b   both of the above on the 0.5B model
 #   ppl512-kivi   tq-eval, 1.5B, n_ctx 512: kivi4, kivi2 (per-channel keys)
 #   ppl512-ck     tq-eval, 1.5B, n_ctx 512: the formats with
@@ -75,6 +78,14 @@ step_ppl512_skip() {
   # shellcheck disable=SC2086
   run ppl512-skip build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --skip-layers first2,last2 --format $FORMATS512
 }
+step_ppl512_all() {
+  # shellcheck disable=SC2086
+  run ppl512-all build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks 34 --format $FORMATS512
+}
+step_ppl512_skip_all() {
+  # shellcheck disable=SC2086
+  run ppl512-skip-all build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --chunks 34 --skip-layers first2,last2 --format $FORMATS512
+}
 step_ppl512_05() {
   # shellcheck disable=SC2086
   run ppl512-0.5b build/tq-eval --model "$M05" --text "$TEXT" --ctx 512 --chunks "$CHUNKS" --format $FORMATS512
@@ -119,12 +130,14 @@ step_passkey_grid() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-0.5b dump ablate passkey passkey-grid long ppl512-kivi ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512-f16) step_ppl512_f16 ;;
     ppl512) step_ppl512 ;;
     ppl512-skip) step_ppl512_skip ;;
+    ppl512-all) step_ppl512_all ;;
+    ppl512-skip-all) step_ppl512_skip_all ;;
     ppl512-0.5b) step_ppl512_05 ;;
     ppl512-kivi) step_ppl512_kivi ;;
     ppl512-ck) step_ppl512_ck ;;
