@@ -87,6 +87,34 @@ TEST_CASE("gemm_packed: pre-packed weights give the naive float64 product on bot
   tq::detail::gemm_force_eigen(false);
 }
 
+TEST_CASE("gemm_nt: the AVX-512 kernel gives the AVX2 kernel's bits", "[gemm]") {
+  tq::detail::gemm_force_eigen(false);
+  tq::detail::gemm_force_avx2(false);
+  if (std::string(tq::detail::gemm_path()) != "avx512") {
+    WARN("this CPU has no AVX-512 (gemm_nt path " << tq::detail::gemm_path() << "): nothing to compare");
+    return;
+  }
+  tq::Rng rng(11);
+  struct Shape { int n, m, k; };
+  // attention's shapes (64 query rows × keys × 128, 64 × 128 × keys) and every tail: rows (6), panels of 16
+  // in groups of 4, the 192-row W blocks, k-slices of 256
+  const Shape shapes[] = {{1, 1, 1}, {7, 13, 37}, {64, 700, 128}, {64, 128, 700}, {13, 200, 300}, {5, 385, 513}};
+  for (const Shape& s : shapes) {
+    INFO("n " << s.n << " m " << s.m << " k " << s.k);
+    const int ldx = s.k + 3, ldw = s.k + 5, ldy = s.m + 2;
+    std::vector<float> X(size_t(s.n) * ldx), W(size_t(s.m) * ldw);
+    for (auto& x : X) x = float(rng.gaussian());
+    for (auto& w : W) w = float(rng.gaussian());
+    std::vector<float> y512(size_t(s.n) * ldy, 7.0f), y2 = y512;
+    for (const bool avx2 : {false, true}) {
+      tq::detail::gemm_force_avx2(avx2);
+      tq::detail::gemm_nt(s.n, s.m, s.k, X.data(), ldx, W.data(), ldw, avx2 ? y2.data() : y512.data(), ldy);
+    }
+    tq::detail::gemm_force_avx2(false);
+    CHECK(std::memcmp(y512.data(), y2.data(), y512.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("gemm_packed: the AVX-512 kernel gives the AVX2 kernel's bits", "[gemm]") {
   tq::detail::gemm_force_eigen(false);
   tq::detail::gemm_force_avx2(false);

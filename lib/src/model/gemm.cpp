@@ -236,12 +236,13 @@ TQ_AVX512 inline void put_rows512(const __m512 (&acc)[6 * kNP512], float* y, int
   }
 }
 
-// R ≤ 6 rows of a packed X tile ([p][6]) times NP ≤ kNP512 consecutive W panels (wp + q·pstride).
-// The accumulator array is indexed only by constants after unrolling, so GCC keeps it in zmm
-// registers (6 × 4 accumulators, 4 panel loads and a broadcast: 29 of the 32).
-template <int R, int NP>
-TQ_AVX512 void micro512(int64_t kc, const float* x, const float* wp, int64_t pstride, float* y, int64_t ldy,
-                        int ncols, bool accumulate) {
+// R ≤ 6 rows of X times NP ≤ kNP512 consecutive W panels (wp + q·pstride). X: a packed tile
+// ([p][6], PS = 6) or row-major rows ldx apart (PS = 1). The accumulator array is indexed only by
+// constants after unrolling, so GCC keeps it in zmm registers (6 × 4 accumulators, 4 panel loads
+// and a broadcast: 29 of the 32).
+template <int R, int NP, int PS>
+TQ_AVX512 void micro512(int64_t kc, const float* x, int64_t ldx, const float* wp, int64_t pstride, float* y,
+                        int64_t ldy, int ncols, bool accumulate) {
   __m512 acc[6 * kNP512];
 #pragma GCC unroll 24
   for (int i = 0; i < 6 * kNP512; ++i) acc[i] = _mm512_setzero_ps();
@@ -251,7 +252,7 @@ TQ_AVX512 void micro512(int64_t kc, const float* x, const float* wp, int64_t pst
     for (int q = 0; q < NP; ++q) w[q] = _mm512_loadu_ps(wp + q * pstride + 16 * p);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      const __m512 v = _mm512_set1_ps(x[p * MR + r]);
+      const __m512 v = _mm512_set1_ps(PS == 1 ? x[r * ldx + p] : x[p * PS + r]);
 #pragma GCC unroll 4
       for (int q = 0; q < NP; ++q) acc[6 * q + r] = _mm512_fmadd_ps(v, w[q], acc[6 * q + r]);
     }
@@ -259,11 +260,44 @@ TQ_AVX512 void micro512(int64_t kc, const float* x, const float* wp, int64_t pst
   put_rows512<R, NP>(acc, y, ldy, ncols, accumulate);
 }
 
-using Micro512Fn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int, bool);
-template <int NP>
-constexpr Micro512Fn kRows512[MR] = {micro512<1, NP>, micro512<2, NP>, micro512<3, NP>,
-                                     micro512<4, NP>, micro512<5, NP>, micro512<6, NP>};
-const Micro512Fn* const kMicro512[kNP512] = {kRows512<1>, kRows512<2>, kRows512<3>, kRows512<4>};
+using Micro512Fn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int, bool);
+template <int NP, int PS>
+constexpr Micro512Fn kRows512[MR] = {micro512<1, NP, PS>, micro512<2, NP, PS>, micro512<3, NP, PS>,
+                                     micro512<4, NP, PS>, micro512<5, NP, PS>, micro512<6, NP, PS>};
+// [X packed (PS = 6) / row-major (PS = 1)][panels − 1][rows − 1]
+const Micro512Fn* const kMicro512[2][kNP512] = {{kRows512<1, MR>, kRows512<2, MR>, kRows512<3, MR>, kRows512<4, MR>},
+                                                {kRows512<1, 1>, kRows512<2, 1>, kRows512<3, 1>, kRows512<4, 1>}};
+
+// gemm_avx2's blocking and per-call packing with the AVX-512 micro-kernel (the same bits).
+TQ_AVX512 void gemm_avx512(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw,
+                           float* Y, int64_t ldy) {
+  constexpr int64_t KC = 256, NC = 192, NW = kNP512 * NR;
+  alignas(64) float packed[KC * NC];  // 192 KB on the stack, as gemm_avx2
+  for (int64_t p0 = 0; p0 < k; p0 += KC) {
+    const int64_t kc = k - p0 < KC ? k - p0 : KC;
+    const bool acc = p0 > 0;
+    for (int64_t j0 = 0; j0 < m; j0 += NC) {
+      const int64_t nc = m - j0 < NC ? m - j0 : NC;
+      const int64_t n_panels = (nc + NR - 1) / NR;
+      for (int64_t q = 0; q < n_panels; ++q) {  // panel q: W rows j0 + 16q … transposed, packed[q][p][c]
+        float* dst = packed + q * KC * NR;
+        const int64_t cols = nc - q * NR < NR ? nc - q * NR : NR;
+        for (int64_t c = 0; c < NR; ++c) {
+          const float* src = W + (j0 + q * NR + c) * ldw + p0;
+          for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = c < cols ? src[p] : 0.0f;
+        }
+      }
+      for (int64_t i = 0; i < n; i += MR) {
+        const int rb = int(n - i < MR ? n - i : MR);
+        for (int64_t c = 0; c < nc; c += NW) {
+          const int cols = int(nc - c < NW ? nc - c : NW);
+          kMicro512[1][(cols - 1) / NR][rb - 1](kc, X + i * ldx + p0, ldx, packed + (c / NR) * KC * NR, KC * NR,
+                                                 Y + i * ldy + j0 + c, ldy, cols, acc);
+        }
+      }
+    }
+  }
+}
 
 TQ_AVX512 void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y,
                                   int64_t ldy) {
@@ -281,8 +315,8 @@ TQ_AVX512 void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, in
           const float* wp = W.panel(c / NR) + p0 * NR;
           for (int64_t i = i0; i < i1; i += MR) {
             const int rb = int(i1 - i < MR ? i1 - i : MR);
-            kMicro512[(cols - 1) / NR][rb - 1](kc, X.tile(p0 / KC, i / MR), wp, pstride, Y + i * ldy + c, ldy, cols,
-                                              acc);
+            kMicro512[0][(cols - 1) / NR][rb - 1](kc, X.tile(p0 / KC, i / MR), 1, wp, pstride, Y + i * ldy + c, ldy,
+                                                 cols, acc);
           }
         }
       }
@@ -318,9 +352,15 @@ void gemm_nt(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const
     return;
   }
 #ifdef TQ_GEMM_X86
-  if (cpu_has_avx2() && !g_force_eigen.load(std::memory_order_relaxed)) {
-    gemm_avx2(n, m, k, X, ldx, W, ldw, Y, ldy);
-    return;
+  if (!g_force_eigen.load(std::memory_order_relaxed)) {
+    if (cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed)) {
+      gemm_avx512(n, m, k, X, ldx, W, ldw, Y, ldy);
+      return;
+    }
+    if (cpu_has_avx2()) {
+      gemm_avx2(n, m, k, X, ldx, W, ldw, Y, ldy);
+      return;
+    }
   }
 #endif
   gemm_eigen(n, m, k, X, ldx, W, ldw, Y, ldy);
@@ -328,19 +368,17 @@ void gemm_nt(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const
 
 const char* gemm_path() {
 #ifdef TQ_GEMM_X86
-  if (cpu_has_avx2() && !g_force_eigen.load()) return "avx2-fma";
-#endif
-  return "eigen";
-}
-
-const char* gemm_packed_path() {
-#ifdef TQ_GEMM_X86
   if (!g_force_eigen.load()) {
     if (cpu_has_avx512() && !g_force_avx2.load()) return "avx512";
     if (cpu_has_avx2()) return "avx2-fma";
   }
 #endif
-  return "portable";
+  return "eigen";
+}
+
+const char* gemm_packed_path() {
+  const char* p = gemm_path();
+  return std::strcmp(p, "eigen") ? p : "portable";
 }
 
 void gemm_force_eigen(bool on) { g_force_eigen.store(on); }

@@ -3,12 +3,13 @@
 // i.e. Y = X · Wᵀ with both operands row-major (a weight matrix [out, in] as
 // stored in GGUF, or K of one head). Overwrites Y.
 //
-// On x86-64 CPUs with AVX2+FMA a hand-written register-blocked kernel runs
-// (gemm_packed: an AVX-512 one where the CPU has it, bit-identical; runtime
-// dispatch; the project is built for baseline x86-64 where Eigen only
-// gets SSE2, about 20 GFLOP/s per core here, against about 60 for this kernel);
-// elsewhere Eigen's GEMM. The two paths sum in different orders, so results
-// agree to float rounding, not bit for bit; each path is deterministic.
+// On x86-64 CPUs with AVX2+FMA a hand-written register-blocked kernel runs,
+// and where the CPU has AVX-512 an AVX-512 one with the same blocking and the
+// same bits (runtime dispatch; the project is built for baseline x86-64,
+// where Eigen only gets SSE2: about 20 GFLOP/s per core here, against about
+// 60 for the AVX2 kernel); elsewhere Eigen's GEMM. The kernels and Eigen sum
+// in different orders, so they agree to float rounding, not bit for bit; each
+// path is deterministic.
 #pragma once
 
 #include <cstdint>
@@ -71,15 +72,15 @@ void gemm_packed(int64_t n, const float* X, int64_t ldx, const PackedMatrix& W, 
 void gemm_nt(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
              int64_t ldy);
 
-// Which path gemm_nt takes on this CPU ("avx2-fma" or "eigen"), and which
-// gemm_packed takes ("avx512", "avx2-fma" or "portable").
+// Which path gemm_nt takes on this CPU ("avx512", "avx2-fma" or "eigen"), and
+// which gemm_packed takes ("avx512", "avx2-fma" or "portable").
 const char* gemm_path();
 const char* gemm_packed_path();
 
 // Forces the Eigen / portable paths (tests compare them with the kernels).
 void gemm_force_eigen(bool on);
-// Forces the AVX2 kernel of gemm_packed where the CPU has AVX-512 (the two
-// give the same bits; tests and benchmarks compare them).
+// Forces the AVX2 kernels where the CPU has AVX-512 (the two give the same
+// bits; tests and benchmarks compare them).
 void gemm_force_avx2(bool on);
 
 }  // namespace tq::detail
