@@ -127,81 +127,94 @@ constexpr int MR = 6, NR = 16;
 const MicroFn kMicro[MR] = {micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
 const MicroFn kMicroPacked[MR] = {micro<1, MR>, micro<2, MR>, micro<3, MR>, micro<4, MR>, micro<5, MR>, micro<6, MR>};
 
-// Blocking: a k-slice of KC values; NC rows of W packed into KC×16 panels
-// (16 KB each, the block 192 KB in L2) that every 6-row tile of X (6 KB, L1)
-// streams past. Packing costs one pass over W per call (about 9% of a
-// SmolLM2 prefill; pre-packing the weights at load would save that).
-// Measured on the 2-vCPU Xeon build machine, one thread, GFLOP/s (this kernel
-// vs Eigen 3.4 with the baseline SSE2 build): 512×576 · 576×1536: 74 vs 25;
-// 256×576 · 576×49152 (logits): 63 vs 27; 512×2048 · 2048×640: 80 vs 27.
-// A first dot-product form (4×3 tile, horizontal sums) reached only 44, and
-// 44 too while GCC spilled array accumulators: named registers fixed that.
-TQ_AVX2 void gemm_avx2(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw,
-                       float* Y, int64_t ldy) {
-  constexpr int64_t KC = 256, NC = 192;
-  alignas(32) float packed[KC * NC];  // 192 KB on the stack: no allocation, no TLS
+// k-slice length of every kernel: each output is one FMA chain over p within a slice and the
+// slices' partial sums are added in order, so the kernels' bits depend on it (and on nothing else).
+constexpr int64_t kKC = 256;
+static_assert(PackedRows::kSlice == kKC);
+
+// gemm_nt's loops (both kernels): k-slices of kKC; blocks of NC rows of W packed per call into
+// 16-row panels (panel q: W rows j0 + 16q … transposed, packed[q][p][c], zero past m; 16 KB each,
+// the block 192 KB in L2) that every 6-row tile of X streams past; for each tile (rows i …) and
+// each group of nw / 16 panels of the block (output columns j …): tile(kc, p0, i, rows, j, cols,
+// panels, accumulate). Measured on the 2-vCPU Xeon build machine, one thread, GFLOP/s (the AVX2
+// kernel vs Eigen 3.4 with the baseline SSE2 build): 512×576 · 576×1536: 74 vs 25; 256×576 ·
+// 576×49152: 63 vs 27; 512×2048 · 2048×640: 80 vs 27. A first dot-product form (4×3 tile,
+// horizontal sums) reached only 44, and 44 too while GCC spilled array accumulators: named
+// registers fixed that.
+template <class Tile>
+void unpacked_blocks(int64_t n, int64_t m, int64_t k, const float* W, int64_t ldw, int64_t nw, Tile&& tile) {
+  constexpr int64_t KC = kKC, NC = 192;
+  alignas(64) float packed[KC * NC];  // 192 KB on the stack: no allocation, no TLS
   for (int64_t p0 = 0; p0 < k; p0 += KC) {
     const int64_t kc = k - p0 < KC ? k - p0 : KC;
-    const bool acc = p0 > 0;
     for (int64_t j0 = 0; j0 < m; j0 += NC) {
       const int64_t nc = m - j0 < NC ? m - j0 : NC;
       const int64_t n_panels = (nc + NR - 1) / NR;
-      // Pack: panel q holds W rows j0+16q .. +15 transposed: packed[q][p][c].
       for (int64_t q = 0; q < n_panels; ++q) {
         float* dst = packed + q * KC * NR;
         const int64_t cols = nc - q * NR < NR ? nc - q * NR : NR;
         for (int64_t c = 0; c < NR; ++c) {
-          if (c < cols) {
-            const float* src = W + (j0 + q * NR + c) * ldw + p0;
-            for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = src[p];
-          } else {
-            for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = 0.0f;
-          }
+          const float* src = W + (j0 + q * NR + c) * ldw + p0;
+          for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = c < cols ? src[p] : 0.0f;
         }
       }
       for (int64_t i = 0; i < n; i += MR) {
         const int rb = int(n - i < MR ? n - i : MR);
-        for (int64_t q = 0; q < n_panels; ++q) {
-          const int cols = int(nc - q * NR < NR ? nc - q * NR : NR);
-          kMicro[rb - 1](kc, X + i * ldx + p0, ldx, packed + q * KC * NR, Y + i * ldy + j0 + q * NR, ldy, cols, acc);
+        for (int64_t c = 0; c < nc; c += nw) {
+          const int cols = int(nc - c < nw ? nc - c : nw);
+          tile(kc, p0, i, rb, j0 + c, cols, packed + (c / NR) * KC * NR, p0 > 0);
         }
       }
     }
   }
 }
 
-// The kernel over pre-packed W panels and pre-packed X rows, blocked as
-// GotoBLAS/BLIS: an NC-column block of W (KC·NC floats, 2 MB, in L3) and a
-// k-slice of KC; MC-row blocks of X (KC·MC floats, 96 KB, in L2); innermost one
-// 16-row panel of W (KC·16 floats, 16 KB, in L1) meets every tile of the X
-// block. A block of Y (n × NC) is finished before the next: the 151936-wide
-// logits of 256 rows (155 MB of Y) ran at 54 GFLOP/s with k-slices outermost.
-// NC 2048-4096 and MC 96-120 were within the run-to-run noise of this 2-core VM
-// (±15%): about 175 GFLOP/s on 2 threads for the Qwen2.5-1.5B shapes at n 512
-// with the weights in huge pages (OpenBLAS 0.3.21 sgemm in the same run: 152).
-TQ_AVX2 void gemm_packed_avx2(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y,
-                              int64_t ldy) {
-  constexpr int64_t KC = PackedRows::kSlice, NC = 2048, MC = 96;
+// The loops of gemm_packed (both kernels) over pre-packed W panels and X tiles, blocked as
+// GotoBLAS/BLIS: an NC-column block of W (KC·NC floats, 2 MB, in L3) and a k-slice of KC; MC-row
+// blocks of X (KC·MC floats, 96 KB, in L2); innermost nw / 16 panels of W (KC·16 floats each, 16 KB)
+// meet every tile of the X block: tile(kc, x_tile, rows, i, panels, j, cols, accumulate).
+// A block of Y (n × NC) is finished before the next: the 151936-wide logits of 256 rows (155 MB of
+// Y) ran at 54 GFLOP/s with k-slices outermost. NC 2048-4096 and MC 96-120 were within the
+// run-to-run noise of this 2-core VM (±15%).
+template <class Tile>
+void packed_blocks(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t nw, Tile&& tile) {
+  constexpr int64_t KC = kKC, NC = 2048, MC = 96;
   static_assert(PackedRows::kTile == MR && MC % MR == 0);
   const int64_t k = W.cols(), n = X.rows();
   for (int64_t c0 = j0; c0 < j1; c0 += NC) {
     const int64_t c1 = j1 - c0 < NC ? j1 : c0 + NC;
     for (int64_t p0 = 0; p0 < k; p0 += KC) {
       const int64_t kc = k - p0 < KC ? k - p0 : KC;
-      const bool acc = p0 > 0;
       for (int64_t i0 = 0; i0 < n; i0 += MC) {
         const int64_t i1 = n - i0 < MC ? n : i0 + MC;
-        for (int64_t c = c0; c < c1; c += NR) {
-          const int cols = int(c1 - c < NR ? c1 - c : NR);
-          const float* wp = W.panel(c / NR) + p0 * NR;
+        for (int64_t c = c0; c < c1; c += nw) {
+          const int cols = int(c1 - c < nw ? c1 - c : nw);
           for (int64_t i = i0; i < i1; i += MR) {
             const int rb = int(i1 - i < MR ? i1 - i : MR);
-            kMicroPacked[rb - 1](kc, X.tile(p0 / KC, i / MR), 1, wp, Y + i * ldy + c, ldy, cols, acc);
+            tile(kc, X.tile(p0 / KC, i / MR), rb, i, W.panel(c / NR) + p0 * NR, c, cols, p0 > 0);
           }
         }
       }
     }
   }
+}
+
+// The AVX2 kernels: one 16-row panel per micro-kernel call. About 175 GFLOP/s on 2 threads for
+// the Qwen2.5-1.5B shapes at n 512 with the weights in huge pages (OpenBLAS 0.3.21 sgemm in the
+// same run: 152).
+void gemm_avx2(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
+               int64_t ldy) {
+  unpacked_blocks(n, m, k, W, ldw, NR,
+                  [&](int64_t kc, int64_t p0, int64_t i, int rb, int64_t j, int cols, const float* wp, bool acc) {
+                    kMicro[rb - 1](kc, X + i * ldx + p0, ldx, wp, Y + i * ldy + j, ldy, cols, acc);
+                  });
+}
+
+void gemm_packed_avx2(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy) {
+  packed_blocks(X, W, j0, j1, NR,
+                [&](int64_t kc, const float* xt, int rb, int64_t i, const float* wp, int64_t c, int cols, bool acc) {
+                  kMicroPacked[rb - 1](kc, xt, 1, wp, Y + i * ldy + c, ldy, cols, acc);
+                });
 }
 
 // AVX-512 (runtime dispatch, as AVX2): the same blocking over the same packed
@@ -268,60 +281,22 @@ constexpr Micro512Fn kRows512[MR] = {micro512<1, NP, PS>, micro512<2, NP, PS>, m
 const Micro512Fn* const kMicro512[2][kNP512] = {{kRows512<1, MR>, kRows512<2, MR>, kRows512<3, MR>, kRows512<4, MR>},
                                                 {kRows512<1, 1>, kRows512<2, 1>, kRows512<3, 1>, kRows512<4, 1>}};
 
-// gemm_avx2's blocking and per-call packing with the AVX-512 micro-kernel (the same bits).
-TQ_AVX512 void gemm_avx512(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw,
-                           float* Y, int64_t ldy) {
-  constexpr int64_t KC = 256, NC = 192, NW = kNP512 * NR;
-  alignas(64) float packed[KC * NC];  // 192 KB on the stack, as gemm_avx2
-  for (int64_t p0 = 0; p0 < k; p0 += KC) {
-    const int64_t kc = k - p0 < KC ? k - p0 : KC;
-    const bool acc = p0 > 0;
-    for (int64_t j0 = 0; j0 < m; j0 += NC) {
-      const int64_t nc = m - j0 < NC ? m - j0 : NC;
-      const int64_t n_panels = (nc + NR - 1) / NR;
-      for (int64_t q = 0; q < n_panels; ++q) {  // panel q: W rows j0 + 16q … transposed, packed[q][p][c]
-        float* dst = packed + q * KC * NR;
-        const int64_t cols = nc - q * NR < NR ? nc - q * NR : NR;
-        for (int64_t c = 0; c < NR; ++c) {
-          const float* src = W + (j0 + q * NR + c) * ldw + p0;
-          for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = c < cols ? src[p] : 0.0f;
-        }
-      }
-      for (int64_t i = 0; i < n; i += MR) {
-        const int rb = int(n - i < MR ? n - i : MR);
-        for (int64_t c = 0; c < nc; c += NW) {
-          const int cols = int(nc - c < NW ? nc - c : NW);
-          kMicro512[1][(cols - 1) / NR][rb - 1](kc, X + i * ldx + p0, ldx, packed + (c / NR) * KC * NR, KC * NR,
-                                                 Y + i * ldy + j0 + c, ldy, cols, acc);
-        }
-      }
-    }
-  }
+// The AVX-512 kernels: the same loops, four panels per micro-kernel call (the same bits).
+void gemm_avx512(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
+                 int64_t ldy) {
+  unpacked_blocks(n, m, k, W, ldw, kNP512 * NR,
+                  [&](int64_t kc, int64_t p0, int64_t i, int rb, int64_t j, int cols, const float* wp, bool acc) {
+                    kMicro512[1][(cols - 1) / NR][rb - 1](kc, X + i * ldx + p0, ldx, wp, kKC * NR, Y + i * ldy + j,
+                                                           ldy, cols, acc);
+                  });
 }
 
-TQ_AVX512 void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y,
-                                  int64_t ldy) {
-  constexpr int64_t KC = PackedRows::kSlice, NC = 2048, MC = 96, NW = kNP512 * NR;
-  const int64_t k = W.cols(), n = X.rows(), pstride = k * NR;
-  for (int64_t c0 = j0; c0 < j1; c0 += NC) {
-    const int64_t c1 = j1 - c0 < NC ? j1 : c0 + NC;
-    for (int64_t p0 = 0; p0 < k; p0 += KC) {
-      const int64_t kc = k - p0 < KC ? k - p0 : KC;
-      const bool acc = p0 > 0;
-      for (int64_t i0 = 0; i0 < n; i0 += MC) {
-        const int64_t i1 = n - i0 < MC ? n : i0 + MC;
-        for (int64_t c = c0; c < c1; c += NW) {
-          const int cols = int(c1 - c < NW ? c1 - c : NW);
-          const float* wp = W.panel(c / NR) + p0 * NR;
-          for (int64_t i = i0; i < i1; i += MR) {
-            const int rb = int(i1 - i < MR ? i1 - i : MR);
-            kMicro512[0][(cols - 1) / NR][rb - 1](kc, X.tile(p0 / KC, i / MR), 1, wp, pstride, Y + i * ldy + c, ldy,
-                                                 cols, acc);
-          }
-        }
-      }
-    }
-  }
+void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy) {
+  const int64_t pstride = W.cols() * NR;
+  packed_blocks(X, W, j0, j1, kNP512 * NR,
+                [&](int64_t kc, const float* xt, int rb, int64_t i, const float* wp, int64_t c, int cols, bool acc) {
+                  kMicro512[0][(cols - 1) / NR][rb - 1](kc, xt, 1, wp, pstride, Y + i * ldy + c, ldy, cols, acc);
+                });
 }
 
 bool cpu_has_avx512() {
