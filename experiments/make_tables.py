@@ -8,8 +8,8 @@ Sources (all under experiments/results/):
   formats_d128.json          tq-eval --list-formats --head-dim 128 --json (bits per value)
   eval/*_ctx512.txt          tq-eval text output, n_ctx 512, every layer quantized
                              (the first line is the command, "$ ...")
-  qwen/ppl512.txt            the same for Qwen2.5-Coder-1.5B (experiments/qwen_eval.sh)
-  qwen/ppl512-skip-all.txt   the same with --skip-layers first2,last2, the whole text (34 chunks)
+  qwen/ppl512-all.txt        the same for Qwen2.5-Coder-1.5B, the whole text (experiments/qwen_eval.sh)
+  qwen/ppl512-skip-all.txt   the same with --skip-layers first2,last2
   kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench)
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
 
@@ -26,7 +26,7 @@ RES = os.path.join(ROOT, "experiments", "results")
 # (label, head_dim, file) of the end-to-end quality columns, in order.
 MODELS = [
     ("SmolLM2-135M (d 64)", os.path.join(RES, "eval", "smollm2_ctx512.txt")),
-    ("Qwen2.5-Coder-1.5B (d 128)", os.path.join(RES, "qwen", "ppl512.txt")),
+    ("Qwen2.5-Coder-1.5B (d 128)", os.path.join(RES, "qwen", "ppl512-all.txt")),
     ("Qwen2.5-Coder-1.5B, layers 0, 1, 26, 27 fp16", os.path.join(RES, "qwen", "ppl512-skip-all.txt")),
 ]
 FORMATS = ["q8_0", "turboquant_k8v4", "turboquant_4bit_nc", "turbo4", "q4_0", "turboquant_k3v4_nc", "turbo3",

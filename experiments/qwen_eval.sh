@@ -27,6 +27,8 @@
 #                 n_ctx) for f16, q8_0, turbo4, turbo3, 4bit_nc, k3v4_nc, with
 #                 the first and last two layers at fp16 (without them every
 #                 rotated format is already broken at n_ctx 512, see ppl512)
+#   long16k       the same formats at n_ctx 16384: one chunk of the Lexicon's first
+#                 16384 tokens (8192 scored: positions 8192 …, not the tokens above)
 #   passkey       passkey retrieval at 1K and 4K tokens, depths 0, 0.5, 1, for
 #                 f16, q8_0, turbo4, 4bit_nc, k3v4_nc (same fp16 layers)
 #   passkey-grid  passkey retrieval at 2K and 8K tokens, depths 0, 0.25, 0.5,
@@ -116,6 +118,11 @@ step_long() {
       --skip-layers first2,last2 --format $FORMATS_LONG
   done
 }
+step_long16k() {
+  # shellcheck disable=SC2086
+  run long-16384 build/tq-eval --model "$M15" --text "$LONG" --ctx 16384 --chunks 1 \
+    --skip-layers first2,last2 --format $FORMATS_LONG
+}
 step_passkey() {
   # shellcheck disable=SC2086
   run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,4096 \
@@ -130,7 +137,7 @@ step_passkey_grid() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long ppl512-kivi ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long long16k ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512-f16) step_ppl512_f16 ;;
@@ -144,6 +151,7 @@ for s in "${steps[@]}"; do
     dump) step_dump ;;
     ablate) step_ablate ;;
     long) step_long ;;
+    long16k) step_long16k ;;
     passkey) step_passkey ;;
     passkey-grid) step_passkey_grid ;;
     *) echo "qwen_eval.sh: unknown step '$s'" >&2; exit 2 ;;
