@@ -1,6 +1,6 @@
 // Paged decode over TurboQuant caches: the planner (heads per CTA, ring depth, splits), the
 // launchers and stage 2, the log-sum-exp merge of the parts. The stage-1 kernel and its design
-// are in decode_kernel.cuh, instantiated per format in decode_<format>.cu.
+// are in decode_kernel.cuh, instantiated per format in the generated decode_<format>.cu.
 #include <algorithm>
 #include <cmath>
 #include <string>

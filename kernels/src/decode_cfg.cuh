@@ -1,7 +1,8 @@
 // Compile-time configuration of the quantized paged decode (internal), shared by the planner and
 // launchers (decode.cu) and the kernel (decode_kernel.cuh). The kernel's instantiations are
-// spread over one translation unit per format (decode_<format>.cu, all head dims each), so a
-// build compiles them in parallel; decode.cu reaches them only through decode_kernel_occupancy
+// spread over one translation unit per format (decode_<format>.cu, all head dims each, generated
+// by the build from the TQ_GPU_CODECS rows: kernels/CMakeLists.txt), so a build compiles them in
+// parallel; decode.cu reaches them only through decode_kernel_occupancy
 // and decode_kernel_launch, declared here.
 #pragma once
 
@@ -74,7 +75,7 @@ struct CausalTables : T {
 };
 
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
-// decode_<format>.cu: the selected kernel's resident CTAs per SM for `threads` threads and
+// the generated decode_<format>.cu: the selected kernel's resident CTAs per SM for `threads` threads and
 // `smem_bytes` of dynamic shared memory (after setting its dynamic shared-memory limit), and
 // its launch. t: every kernel takes its TablesFor<C> part.
 template <class C>

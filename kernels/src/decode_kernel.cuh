@@ -21,7 +21,8 @@
 //
 // Every compile-time choice of an instantiation is in its KernelTraits (decode_cfg.cuh). This
 // header holds the kernel and the choice of its instantiation (pick_kernel); it is included only
-// by the per-format translation units decode_<format>.cu, each of which instantiates
+// by the per-format translation units decode_<format>.cu (generated from TQ_GPU_CODECS by
+// kernels/CMakeLists.txt and python/setup.py), each of which instantiates
 // decode_kernel_occupancy / decode_kernel_launch for its format (TQ_DECODE_INSTANTIATE). The
 // planner, the launchers and the merge are in decode.cu.
 #pragma once
@@ -442,7 +443,7 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
 }  // namespace tq::cuda
 
 // Explicit instantiations for one format at head dims 64, 128 and 256 (the cases of
-// dispatch_head_dim); every format dispatch_decode_format names has one decode_<format>.cu.
+// dispatch_head_dim); the build generates one decode_<format>.cu per decode row of TQ_GPU_CODECS.
 #define TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, D)                                                          \
   template int tq::cuda::decode_kernel_occupancy<tq::cuda::FormatCfg<KK, KB, VK, VB, D>>(                  \
       const tq::cuda::DecodeKernelSel&, int, int);                                                          \

@@ -62,7 +62,7 @@ inline void dispatch_format(const KernelFormat& f, Fn&& fn) {
     throw_error("GPU kernels: no kernel instantiated for this key/value codec combination");
 }
 
-// The rows the paged decode kernel implements (each instantiated in its decode_<codec>.cu).
+// The rows the paged decode kernel implements (each instantiated in its generated decode_<format>.cu).
 template <class Fn>
 inline void dispatch_decode_format(const KernelFormat& f, Fn&& fn) {
   if (!dispatch_codec_row<true>(f, fn))
