@@ -78,7 +78,7 @@ TEST_CASE("gemm_packed: pre-packed weights give the naive float64 product on bot
       // Columns in two calls split at a panel boundary, as threads do.
       const int split = std::min(s.m, 16 * ((s.m / 16 + 1) / 2));
       tq::detail::gemm_packed(s.n, X.data(), ldx, P, 0, split, Y.data(), ldy);
-      tq::detail::gemm_packed(s.n, X.data(), ldx, P, split, s.m, Y.data(), ldy);
+      tq::detail::gemm_packed(s.n, X.data(), ldx, P, split, s.m, Y.data() + split, ldy);
       check_float64(s, X, ldx, W, ldw, Y, ldy);
     }
   }
@@ -137,6 +137,6 @@ TEST_CASE("gemm_packed: the AVX-512 kernel gives the AVX2 kernel's bits", "[gemm
                       P.set_rows(0, s.m, W, ldw);
                       const int split = std::min(s.m, 16 * ((s.m / 16 + 1) / 2));
                       tq::detail::gemm_packed(s.n, X, ldx, P, 0, split, Y, ldy);
-                      tq::detail::gemm_packed(s.n, X, ldx, P, split, s.m, Y, ldy);
+                      tq::detail::gemm_packed(s.n, X, ldx, P, split, s.m, Y + split, ldy);
                     });
 }

@@ -1,5 +1,7 @@
 #include "gemm.h"
 
+#include "tq/error.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -177,10 +179,11 @@ void unpacked_blocks(int64_t n, int64_t m, int64_t k, const float* W, int64_t ld
 // Y) ran at 54 GFLOP/s with k-slices outermost. NC 2048-4096 and MC 96-120 were within the
 // run-to-run noise of this 2-core VM (±15%).
 template <class Tile>
-void packed_blocks(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t nw, Tile&& tile) {
+void packed_blocks(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t pb, int64_t nw,
+                   Tile&& tile) {
   constexpr int64_t KC = kKC, NC = 2048, MC = 96;
   static_assert(PackedRows::kTile == MR && MC % MR == 0);
-  const int64_t k = W.cols(), n = X.rows();
+  const int64_t k = X.cols(), n = X.rows();
   for (int64_t c0 = j0; c0 < j1; c0 += NC) {
     const int64_t c1 = j1 - c0 < NC ? j1 : c0 + NC;
     for (int64_t p0 = 0; p0 < k; p0 += KC) {
@@ -191,7 +194,7 @@ void packed_blocks(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64
           const int cols = int(c1 - c < nw ? c1 - c : nw);
           for (int64_t i = i0; i < i1; i += MR) {
             const int rb = int(i1 - i < MR ? i1 - i : MR);
-            tile(kc, X.tile(p0 / KC, i / MR), rb, i, W.panel(c / NR) + p0 * NR, c, cols, p0 > 0);
+            tile(kc, X.tile(p0 / KC, i / MR), rb, i, W.panel(c / NR) + (pb + p0) * NR, c, cols, p0 > 0);
           }
         }
       }
@@ -210,10 +213,11 @@ void gemm_avx2(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, con
                   });
 }
 
-void gemm_packed_avx2(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy) {
-  packed_blocks(X, W, j0, j1, NR,
+void gemm_packed_avx2(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t pb, float* Y,
+                      int64_t ldy) {
+  packed_blocks(X, W, j0, j1, pb, NR,
                 [&](int64_t kc, const float* xt, int rb, int64_t i, const float* wp, int64_t c, int cols, bool acc) {
-                  kMicroPacked[rb - 1](kc, xt, 1, wp, Y + i * ldy + c, ldy, cols, acc);
+                  kMicroPacked[rb - 1](kc, xt, 1, wp, Y + i * ldy + (c - j0), ldy, cols, acc);
                 });
 }
 
@@ -291,11 +295,13 @@ void gemm_avx512(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, c
                   });
 }
 
-void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy) {
+void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t pb, float* Y,
+                        int64_t ldy) {
   const int64_t pstride = W.cols() * NR;
-  packed_blocks(X, W, j0, j1, kNP512 * NR,
+  packed_blocks(X, W, j0, j1, pb, kNP512 * NR,
                 [&](int64_t kc, const float* xt, int rb, int64_t i, const float* wp, int64_t c, int cols, bool acc) {
-                  kMicro512[0][(cols - 1) / NR][rb - 1](kc, xt, 1, wp, pstride, Y + i * ldy + c, ldy, cols, acc);
+                  kMicro512[0][(cols - 1) / NR][rb - 1](kc, xt, 1, wp, pstride, Y + i * ldy + (c - j0), ldy, cols,
+                                                                 acc);
                 });
 }
 
@@ -406,25 +412,27 @@ PackedRows::PackedRows(int64_t n, const float* X, int64_t ldx, int64_t k)
   }
 }
 
-void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy) {
+void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy,
+                 int64_t p_begin) {
   if (X.rows() <= 0 || j1 <= j0) return;
+  TQ_ASSERT(p_begin >= 0 && p_begin + X.cols() <= W.cols() && j0 % PackedMatrix::kPanel == 0 && j1 <= W.rows());
 #ifdef TQ_GEMM_X86
   if (!g_force_eigen.load(std::memory_order_relaxed)) {
     if (cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed)) {
-      gemm_packed_avx512(X, W, j0, j1, Y, ldy);
+      gemm_packed_avx512(X, W, j0, j1, p_begin, Y, ldy);
       return;
     }
     if (cpu_has_avx2()) {
-      gemm_packed_avx2(X, W, j0, j1, Y, ldy);
+      gemm_packed_avx2(X, W, j0, j1, p_begin, Y, ldy);
       return;
     }
   }
 #endif
   // Portable path: plain loops over the panels (the compiler vectorises the
   // 16 lanes); sums in p order like the kernel, without fused multiply-adds.
-  const int64_t k = W.cols();
+  const int64_t k = X.cols();
   for (int64_t c = j0; c < j1; c += PackedMatrix::kPanel) {
-    const float* wp = W.panel(c / PackedMatrix::kPanel);
+    const float* wp = W.panel(c / PackedMatrix::kPanel) + p_begin * PackedMatrix::kPanel;
     const int64_t cols = std::min<int64_t>(PackedMatrix::kPanel, j1 - c);
     for (int64_t i = 0; i < X.rows(); ++i) {
       float acc[PackedMatrix::kPanel] = {};
@@ -432,7 +440,7 @@ void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t
         const float x = X.at(i, p);
         for (int64_t l = 0; l < PackedMatrix::kPanel; ++l) acc[l] += x * wp[p * PackedMatrix::kPanel + l];
       }
-      for (int64_t l = 0; l < cols; ++l) Y[i * ldy + c + l] = acc[l];
+      for (int64_t l = 0; l < cols; ++l) Y[i * ldy + (c - j0) + l] = acc[l];
     }
   }
 }

@@ -59,13 +59,16 @@ class PackedRows {
   std::unique_ptr<float[]> data_;
 };
 
-// Y[i, j] = Σ_p X(i, p) · W(j, p) for i < X.rows() and output columns j in
-// [j0, j1), j0 a multiple of 16. Overwrites those columns of Y.
-void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy);
+// Y[i, j − j0] = Σ_p X(i, p) · W(j, p_begin + p) for i < X.rows(), p < X.cols()
+// and output columns j in [j0, j1), j0 a multiple of 16: Y points at column j0
+// of row 0. (p_begin: X meets a window of W's columns, e.g. the keys a block of
+// queries sees; the k-slices start at p_begin, as gemm_nt's at its W pointer.)
+void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy,
+                 int64_t p_begin = 0);
 
-// Y[i, j] = Σ_p X[i·ldx + p] · W(j, p) for i < n and output columns j in
+// Y[i, j − j0] = Σ_p X[i·ldx + p] · W(j, p) for i < n and output columns j in
 // [j0, j1), j0 a multiple of 16 (threads split the columns at panel
-// boundaries). Overwrites those columns of Y.
+// boundaries): Y points at column j0 of row 0.
 void gemm_packed(int64_t n, const float* X, int64_t ldx, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y,
                  int64_t ldy);
 

@@ -32,7 +32,7 @@ void matmul_t(const float* X, int64_t n, int64_t ldx, const detail::PackedMatrix
   const detail::PackedRows xp(n, X, ldx, W.cols());
   parallel_for(n_threads, (out + kChunk - 1) / kChunk, [&](int64_t t) {
     const int64_t c0 = t * kChunk, c1 = std::min(out, c0 + kChunk);
-    detail::gemm_packed(xp, W, c0, c1, Y.data(), out);
+    detail::gemm_packed(xp, W, c0, c1, Y.data() + c0, out);
   });
 }
 
@@ -285,27 +285,46 @@ void Model::Impl::rope(float* x, int64_t n, int n_head, const LayerConfig& lc) c
 }
 
 // Causal (and sliding-window) softmax attention, one task per (head, block of
-// query rows); keys outside [i − window + 1, i] are never multiplied. Both
-// products are NT GEMMs: S = q·kᵀ, O = P·(Vᵀ)ᵀ with V transposed per KV head.
+// query rows); keys outside [i − window + 1, i] are never multiplied (but for up
+// to 15 scores before a window, to start at a 16-key panel). Both products run on the
+// packed GEMM: S = q·kᵀ against each KV head's keys and O = P·V against its
+// values transposed, both packed once per layer (packing them per task, as
+// gemm_nt does, took as long as the products at n_ctx 16384). Every output is
+// the same FMA chain as gemm_nt's, so the bits do not change.
 void Model::Impl::attention(const RowMatrix& Q, const RowMatrix& K, const RowMatrix& V, RowMatrix& O,
                             const LayerConfig& lc, bool no_window, int n_threads) const {
   const int64_t n = Q.rows();
   const int hd = cfg.head_dim, nh = cfg.n_heads, group = cfg.n_heads / cfg.n_kv_heads;
   const int64_t window = no_window ? 0 : lc.sliding_window;
-  constexpr int64_t kBlock = 64;
+  constexpr int64_t kBlock = 64, kPanel = detail::PackedMatrix::kPanel;
   const int64_t n_blocks = (n + kBlock - 1) / kBlock;
   O.resize(n, int64_t(nh) * hd);
-  RowMatrix vt(int64_t(cfg.n_kv_heads) * hd, n);  // row g·hd + d: V[:, g, d]
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < vt.rows(); ++c) vt(c, i) = V(i, c);
+  // per KV head g: its keys (row i: K[i, g, :]) and its values transposed (row d: V[:, g, d])
+  std::vector<detail::PackedMatrix> kp, vp;
+  std::vector<float> vt(size_t(hd) * size_t(n));
+  for (int g = 0; g < cfg.n_kv_heads; ++g) {
+    kp.emplace_back(n, hd);
+    kp.back().set_rows(0, n, K.data() + int64_t(g) * hd, K.cols());
+    for (int64_t i = 0; i < n; ++i)
+      for (int d = 0; d < hd; ++d) vt[size_t(d) * size_t(n) + size_t(i)] = V(i, int64_t(g) * hd + d);
+    vp.emplace_back(hd, n);
+    vp.back().set_rows(0, hd, vt.data(), n);
+  }
   parallel_for(n_threads, nh * n_blocks, [&](int64_t task) {
     const int h = int(task / n_blocks);
     const int64_t r0 = (task % n_blocks) * kBlock, r1 = std::min(n, r0 + kBlock), rb = r1 - r0;
     const int g = h / group;
     const int64_t c0 = window > 0 ? std::max<int64_t>(0, r0 - window + 1) : 0, nk = r1 - c0;
-    RowMatrix s(rb, nk);
-    detail::gemm_nt(rb, nk, hd, Q.data() + r0 * Q.cols() + int64_t(h) * hd, Q.cols(),
-                    K.data() + c0 * K.cols() + int64_t(g) * hd, K.cols(), s.data(), nk);
+    RowMatrix s(rb, nk);  // scores of keys [c0, r1)
+    const float* q = Q.data() + r0 * Q.cols() + int64_t(h) * hd;
+    const int64_t c0p = c0 / kPanel * kPanel;  // the products start at a panel
+    if (c0p == c0) {
+      detail::gemm_packed(rb, q, Q.cols(), kp[size_t(g)], c0, r1, s.data(), nk);
+    } else {  // a window: keys [c0p, r1), then the row layout the softmax had (its sums depend on alignment)
+      RowMatrix sp(rb, r1 - c0p);
+      detail::gemm_packed(rb, q, Q.cols(), kp[size_t(g)], c0p, r1, sp.data(), r1 - c0p);
+      s = sp.rightCols(nk);
+    }
     for (int64_t i = 0; i < rb; ++i) {
       const int64_t pos = r0 + i;
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) - c0 : 0;  // first allowed key
@@ -319,8 +338,8 @@ void Model::Impl::attention(const RowMatrix& Q, const RowMatrix& K, const RowMat
       seg = (seg.array() - m).exp();
       seg /= seg.sum();
     }
-    detail::gemm_nt(rb, hd, nk, s.data(), nk, vt.data() + int64_t(g) * hd * n + c0, n,
-                    O.data() + r0 * O.cols() + int64_t(h) * hd, O.cols());
+    detail::gemm_packed(detail::PackedRows(rb, s.data(), nk, nk), vp[size_t(g)], 0, hd,
+                        O.data() + r0 * O.cols() + int64_t(h) * hd, O.cols(), c0);
   });
 }
 
