@@ -28,7 +28,9 @@
 #                 the first and last two layers at fp16 (without them every
 #                 rotated format is already broken at n_ctx 512, see ppl512)
 #   long16k       the same formats at n_ctx 16384: one chunk of the Lexicon's first
-#                 16384 tokens (8192 scored: positions 8192 …, not the tokens above)
+#                 16384 tokens (8192 scored: positions 8192 …, not the tokens above);
+#                 about 18 GB of memory (two 8192 x 151936 logit matrices beside the
+#                 weights): run it with nothing else on a 24 GB box
 #   passkey       passkey retrieval at 1K and 4K tokens, depths 0, 0.5, 1, for
 #                 f16, q8_0, turbo4, 4bit_nc, k3v4_nc (same fp16 layers)
 #   passkey-grid  passkey retrieval at 2K and 8K tokens, depths 0, 0.25, 0.5,
