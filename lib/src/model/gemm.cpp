@@ -11,8 +11,6 @@
 
 #include <algorithm>
 
-#include <Eigen/Core>
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define TQ_GEMM_X86 1
@@ -22,16 +20,7 @@ namespace tq::detail {
 
 namespace {
 
-std::atomic<bool> g_force_eigen{false}, g_force_avx2{false};
-
-void gemm_eigen(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
-                int64_t ldy) {
-  using RM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Eigen::Map<const RM, 0, Eigen::OuterStride<>> x(X, n, k, Eigen::OuterStride<>(ldx));
-  Eigen::Map<const RM, 0, Eigen::OuterStride<>> w(W, m, k, Eigen::OuterStride<>(ldw));
-  Eigen::Map<RM, 0, Eigen::OuterStride<>> y(Y, n, m, Eigen::OuterStride<>(ldy));
-  y.noalias() = x * w.transpose();
-}
+std::atomic<bool> g_force_portable{false}, g_force_avx2{false};
 
 #ifdef TQ_GEMM_X86
 // Everything below has internal linkage and is compiled for AVX2+FMA only
@@ -126,50 +115,12 @@ TQ_AVX2 void micro(int64_t kc, const float* x, int64_t ldx, const float* wp, flo
 
 using MicroFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool);
 constexpr int MR = 6, NR = 16;
-const MicroFn kMicro[MR] = {micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
 const MicroFn kMicroPacked[MR] = {micro<1, MR>, micro<2, MR>, micro<3, MR>, micro<4, MR>, micro<5, MR>, micro<6, MR>};
 
 // k-slice length of every kernel: each output is one FMA chain over p within a slice and the
 // slices' partial sums are added in order, so the kernels' bits depend on it (and on nothing else).
 constexpr int64_t kKC = 256;
 static_assert(PackedRows::kSlice == kKC);
-
-// gemm_nt's loops (both kernels): k-slices of kKC; blocks of NC rows of W packed per call into
-// 16-row panels (panel q: W rows j0 + 16q … transposed, packed[q][p][c], zero past m; 16 KB each,
-// the block 192 KB in L2) that every 6-row tile of X streams past; for each tile (rows i …) and
-// each group of nw / 16 panels of the block (output columns j …): tile(kc, p0, i, rows, j, cols,
-// panels, accumulate). Measured on the 2-vCPU Xeon build machine, one thread, GFLOP/s (the AVX2
-// kernel vs Eigen 3.4 with the baseline SSE2 build): 512×576 · 576×1536: 74 vs 25; 256×576 ·
-// 576×49152: 63 vs 27; 512×2048 · 2048×640: 80 vs 27. A first dot-product form (4×3 tile,
-// horizontal sums) reached only 44, and 44 too while GCC spilled array accumulators: named
-// registers fixed that.
-template <class Tile>
-void unpacked_blocks(int64_t n, int64_t m, int64_t k, const float* W, int64_t ldw, int64_t nw, Tile&& tile) {
-  constexpr int64_t KC = kKC, NC = 192;
-  alignas(64) float packed[KC * NC];  // 192 KB on the stack: no allocation, no TLS
-  for (int64_t p0 = 0; p0 < k; p0 += KC) {
-    const int64_t kc = k - p0 < KC ? k - p0 : KC;
-    for (int64_t j0 = 0; j0 < m; j0 += NC) {
-      const int64_t nc = m - j0 < NC ? m - j0 : NC;
-      const int64_t n_panels = (nc + NR - 1) / NR;
-      for (int64_t q = 0; q < n_panels; ++q) {
-        float* dst = packed + q * KC * NR;
-        const int64_t cols = nc - q * NR < NR ? nc - q * NR : NR;
-        for (int64_t c = 0; c < NR; ++c) {
-          const float* src = W + (j0 + q * NR + c) * ldw + p0;
-          for (int64_t p = 0; p < kc; ++p) dst[p * NR + c] = c < cols ? src[p] : 0.0f;
-        }
-      }
-      for (int64_t i = 0; i < n; i += MR) {
-        const int rb = int(n - i < MR ? n - i : MR);
-        for (int64_t c = 0; c < nc; c += nw) {
-          const int cols = int(nc - c < nw ? nc - c : nw);
-          tile(kc, p0, i, rb, j0 + c, cols, packed + (c / NR) * KC * NR, p0 > 0);
-        }
-      }
-    }
-  }
-}
 
 // The loops of gemm_packed (both kernels) over pre-packed W panels and X tiles, blocked as
 // GotoBLAS/BLIS: an NC-column block of W (KC·NC floats, 2 MB, in L3) and a k-slice of KC; MC-row
@@ -202,17 +153,11 @@ void packed_blocks(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64
   }
 }
 
-// The AVX2 kernels: one 16-row panel per micro-kernel call. About 175 GFLOP/s on 2 threads for
+// The AVX2 kernel: one 16-row panel per micro-kernel call. About 175 GFLOP/s on 2 threads for
 // the Qwen2.5-1.5B shapes at n 512 with the weights in huge pages (OpenBLAS 0.3.21 sgemm in the
-// same run: 152).
-void gemm_avx2(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
-               int64_t ldy) {
-  unpacked_blocks(n, m, k, W, ldw, NR,
-                  [&](int64_t kc, int64_t p0, int64_t i, int rb, int64_t j, int cols, const float* wp, bool acc) {
-                    kMicro[rb - 1](kc, X + i * ldx + p0, ldx, wp, Y + i * ldy + j, ldy, cols, acc);
-                  });
-}
-
+// same run: 152; Eigen 3.4 in this baseline x86-64 build gets SSE2 only, about 25 per core). A
+// first dot-product form (4×3 tile, horizontal sums) reached only 44 GFLOP/s on one core, and 44
+// too while GCC spilled array accumulators: named registers fixed that.
 void gemm_packed_avx2(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t pb, float* Y,
                       int64_t ldy) {
   packed_blocks(X, W, j0, j1, pb, NR,
@@ -253,13 +198,12 @@ TQ_AVX512 inline void put_rows512(const __m512 (&acc)[6 * kNP512], float* y, int
   }
 }
 
-// R ≤ 6 rows of X times NP ≤ kNP512 consecutive W panels (wp + q·pstride). X: a packed tile
-// ([p][6], PS = 6) or row-major rows ldx apart (PS = 1). The accumulator array is indexed only by
-// constants after unrolling, so GCC keeps it in zmm registers (6 × 4 accumulators, 4 panel loads
-// and a broadcast: 29 of the 32).
-template <int R, int NP, int PS>
-TQ_AVX512 void micro512(int64_t kc, const float* x, int64_t ldx, const float* wp, int64_t pstride, float* y,
-                        int64_t ldy, int ncols, bool accumulate) {
+// R ≤ 6 rows of a packed X tile ([p][6]) times NP ≤ kNP512 consecutive W panels (wp + q·pstride).
+// The accumulator array is indexed only by constants after unrolling, so GCC keeps it in zmm
+// registers (6 × 4 accumulators, 4 panel loads and a broadcast: 29 of the 32).
+template <int R, int NP>
+TQ_AVX512 void micro512(int64_t kc, const float* x, const float* wp, int64_t pstride, float* y, int64_t ldy,
+                        int ncols, bool accumulate) {
   __m512 acc[6 * kNP512];
 #pragma GCC unroll 24
   for (int i = 0; i < 6 * kNP512; ++i) acc[i] = _mm512_setzero_ps();
@@ -269,7 +213,7 @@ TQ_AVX512 void micro512(int64_t kc, const float* x, int64_t ldx, const float* wp
     for (int q = 0; q < NP; ++q) w[q] = _mm512_loadu_ps(wp + q * pstride + 16 * p);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      const __m512 v = _mm512_set1_ps(PS == 1 ? x[r * ldx + p] : x[p * PS + r]);
+      const __m512 v = _mm512_set1_ps(x[p * MR + r]);
 #pragma GCC unroll 4
       for (int q = 0; q < NP; ++q) acc[6 * q + r] = _mm512_fmadd_ps(v, w[q], acc[6 * q + r]);
     }
@@ -277,31 +221,19 @@ TQ_AVX512 void micro512(int64_t kc, const float* x, int64_t ldx, const float* wp
   put_rows512<R, NP>(acc, y, ldy, ncols, accumulate);
 }
 
-using Micro512Fn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int, bool);
-template <int NP, int PS>
-constexpr Micro512Fn kRows512[MR] = {micro512<1, NP, PS>, micro512<2, NP, PS>, micro512<3, NP, PS>,
-                                     micro512<4, NP, PS>, micro512<5, NP, PS>, micro512<6, NP, PS>};
-// [X packed (PS = 6) / row-major (PS = 1)][panels − 1][rows − 1]
-const Micro512Fn* const kMicro512[2][kNP512] = {{kRows512<1, MR>, kRows512<2, MR>, kRows512<3, MR>, kRows512<4, MR>},
-                                                {kRows512<1, 1>, kRows512<2, 1>, kRows512<3, 1>, kRows512<4, 1>}};
+using Micro512Fn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int, bool);
+template <int NP>
+constexpr Micro512Fn kRows512[MR] = {micro512<1, NP>, micro512<2, NP>, micro512<3, NP>,
+                                     micro512<4, NP>, micro512<5, NP>, micro512<6, NP>};
+const Micro512Fn* const kMicro512[kNP512] = {kRows512<1>, kRows512<2>, kRows512<3>, kRows512<4>};  // [panels − 1][rows − 1]
 
-// The AVX-512 kernels: the same loops, four panels per micro-kernel call (the same bits).
-void gemm_avx512(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
-                 int64_t ldy) {
-  unpacked_blocks(n, m, k, W, ldw, kNP512 * NR,
-                  [&](int64_t kc, int64_t p0, int64_t i, int rb, int64_t j, int cols, const float* wp, bool acc) {
-                    kMicro512[1][(cols - 1) / NR][rb - 1](kc, X + i * ldx + p0, ldx, wp, kKC * NR, Y + i * ldy + j,
-                                                           ldy, cols, acc);
-                  });
-}
-
+// The AVX-512 kernel: the same loops, four panels per micro-kernel call (the same bits).
 void gemm_packed_avx512(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, int64_t pb, float* Y,
                         int64_t ldy) {
   const int64_t pstride = W.cols() * NR;
   packed_blocks(X, W, j0, j1, pb, kNP512 * NR,
                 [&](int64_t kc, const float* xt, int rb, int64_t i, const float* wp, int64_t c, int cols, bool acc) {
-                  kMicro512[0][(cols - 1) / NR][rb - 1](kc, xt, 1, wp, pstride, Y + i * ldy + (c - j0), ldy, cols,
-                                                                 acc);
+                  kMicro512[(cols - 1) / NR][rb - 1](kc, xt, wp, pstride, Y + i * ldy + (c - j0), ldy, cols, acc);
                 });
 }
 
@@ -322,47 +254,29 @@ bool cpu_has_avx2() {
 }
 #endif
 
+// The kernel gemm_packed takes on this CPU, after the test switches.
+enum class Kernel { avx512, avx2, portable };
+Kernel packed_kernel() {
+#ifdef TQ_GEMM_X86
+  if (!g_force_portable.load(std::memory_order_relaxed)) {
+    if (cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed)) return Kernel::avx512;
+    if (cpu_has_avx2()) return Kernel::avx2;
+  }
+#endif
+  return Kernel::portable;
+}
+
 }  // namespace
 
-void gemm_nt(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
-             int64_t ldy) {
-  if (n <= 0 || m <= 0) return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < m; ++j) Y[i * ldy + j] = 0.0f;
-    return;
-  }
-#ifdef TQ_GEMM_X86
-  if (!g_force_eigen.load(std::memory_order_relaxed)) {
-    if (cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed)) {
-      gemm_avx512(n, m, k, X, ldx, W, ldw, Y, ldy);
-      return;
-    }
-    if (cpu_has_avx2()) {
-      gemm_avx2(n, m, k, X, ldx, W, ldw, Y, ldy);
-      return;
-    }
-  }
-#endif
-  gemm_eigen(n, m, k, X, ldx, W, ldw, Y, ldy);
-}
-
-const char* gemm_path() {
-#ifdef TQ_GEMM_X86
-  if (!g_force_eigen.load()) {
-    if (cpu_has_avx512() && !g_force_avx2.load()) return "avx512";
-    if (cpu_has_avx2()) return "avx2-fma";
-  }
-#endif
-  return "eigen";
-}
-
 const char* gemm_packed_path() {
-  const char* p = gemm_path();
-  return std::strcmp(p, "eigen") ? p : "portable";
+  switch (packed_kernel()) {
+    case Kernel::avx512: return "avx512";
+    case Kernel::avx2: return "avx2-fma";
+    default: return "portable";
+  }
 }
 
-void gemm_force_eigen(bool on) { g_force_eigen.store(on); }
+void gemm_force_portable(bool on) { g_force_portable.store(on); }
 void gemm_force_avx2(bool on) { g_force_avx2.store(on); }
 
 void PackedMatrix::Free::operator()(float* p) const { std::free(p); }
@@ -417,15 +331,10 @@ void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t
   if (X.rows() <= 0 || j1 <= j0) return;
   TQ_ASSERT(p_begin >= 0 && p_begin + X.cols() <= W.cols() && j0 % PackedMatrix::kPanel == 0 && j1 <= W.rows());
 #ifdef TQ_GEMM_X86
-  if (!g_force_eigen.load(std::memory_order_relaxed)) {
-    if (cpu_has_avx512() && !g_force_avx2.load(std::memory_order_relaxed)) {
-      gemm_packed_avx512(X, W, j0, j1, p_begin, Y, ldy);
-      return;
-    }
-    if (cpu_has_avx2()) {
-      gemm_packed_avx2(X, W, j0, j1, p_begin, Y, ldy);
-      return;
-    }
+  switch (packed_kernel()) {
+    case Kernel::avx512: return gemm_packed_avx512(X, W, j0, j1, p_begin, Y, ldy);
+    case Kernel::avx2: return gemm_packed_avx2(X, W, j0, j1, p_begin, Y, ldy);
+    default: break;
   }
 #endif
   // Portable path: plain loops over the panels (the compiler vectorises the

@@ -1,14 +1,11 @@
-// Internal: the one matrix product the forward passes need, in "NT" form,
-//   Y[i, j] = Σ_p X[i·ldx + p] · W[j·ldw + p]   (i < n, j < m, p < k),
-// i.e. Y = X · Wᵀ with both operands row-major (a weight matrix [out, in] as
-// stored in GGUF, or K of one head). Overwrites Y.
-//
-// On x86-64 CPUs with AVX2+FMA a hand-written register-blocked kernel runs,
-// and where the CPU has AVX-512 an AVX-512 one with the same blocking and the
-// same bits (runtime dispatch; the project is built for baseline x86-64,
-// where Eigen only gets SSE2: about 20 GFLOP/s per core here, against about
-// 60 for the AVX2 kernel); elsewhere Eigen's GEMM. The kernels and Eigen sum
-// in different orders, so they agree to float rounding, not bit for bit; each
+// Internal: the one matrix product the forward passes need,
+//   Y = X · Wᵀ  (X [n, k] rows of activations, queries or attention weights;
+//               W [m, k] pre-packed: a weight matrix [out, in] as stored in
+//               GGUF, or a KV head's keys or transposed values),
+// on a hand-written register-blocked kernel: AVX-512 where the CPU has it,
+// else AVX2+FMA (runtime dispatch; the project is built for baseline x86-64),
+// else portable loops. The two kernels give the same bits (each output is one
+// FMA chain per k-slice); the portable loops agree to float rounding. Each
 // path is deterministic.
 #pragma once
 
@@ -62,7 +59,7 @@ class PackedRows {
 // Y[i, j − j0] = Σ_p X(i, p) · W(j, p_begin + p) for i < X.rows(), p < X.cols()
 // and output columns j in [j0, j1), j0 a multiple of 16: Y points at column j0
 // of row 0. (p_begin: X meets a window of W's columns, e.g. the keys a block of
-// queries sees; the k-slices start at p_begin, as gemm_nt's at its W pointer.)
+// queries sees; the k-slices start at p_begin.)
 void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y, int64_t ldy,
                  int64_t p_begin = 0);
 
@@ -72,17 +69,12 @@ void gemm_packed(const PackedRows& X, const PackedMatrix& W, int64_t j0, int64_t
 void gemm_packed(int64_t n, const float* X, int64_t ldx, const PackedMatrix& W, int64_t j0, int64_t j1, float* Y,
                  int64_t ldy);
 
-void gemm_nt(int64_t n, int64_t m, int64_t k, const float* X, int64_t ldx, const float* W, int64_t ldw, float* Y,
-             int64_t ldy);
-
-// Which path gemm_nt takes on this CPU ("avx512", "avx2-fma" or "eigen"), and
-// which gemm_packed takes ("avx512", "avx2-fma" or "portable").
-const char* gemm_path();
+// Which path gemm_packed takes ("avx512", "avx2-fma" or "portable").
 const char* gemm_packed_path();
 
-// Forces the Eigen / portable paths (tests compare them with the kernels).
-void gemm_force_eigen(bool on);
-// Forces the AVX2 kernels where the CPU has AVX-512 (the two give the same
+// Forces the portable loops (tests compare them with the kernels).
+void gemm_force_portable(bool on);
+// Forces the AVX2 kernel where the CPU has AVX-512 (the two give the same
 // bits; tests and benchmarks compare them).
 void gemm_force_avx2(bool on);
 

@@ -288,9 +288,10 @@ void Model::Impl::rope(float* x, int64_t n, int n_head, const LayerConfig& lc) c
 // query rows); keys outside [i − window + 1, i] are never multiplied (but for up
 // to 15 scores before a window, to start at a 16-key panel). Both products run on the
 // packed GEMM: S = q·kᵀ against each KV head's keys and O = P·V against its
-// values transposed, both packed once per layer (packing them per task, as
-// gemm_nt does, took as long as the products at n_ctx 16384). Every output is
-// the same FMA chain as gemm_nt's, so the bits do not change.
+// values transposed, both packed once per layer (packing them per task took as
+// long as the products at n_ctx 16384). The P·V k-slices start at the window's
+// first key and the score rows keep this layout, so the outputs do not depend
+// on the panel rounding.
 void Model::Impl::attention(const RowMatrix& Q, const RowMatrix& K, const RowMatrix& V, RowMatrix& O,
                             const LayerConfig& lc, bool no_window, int n_threads) const {
   const int64_t n = Q.rows();
