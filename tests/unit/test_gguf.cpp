@@ -398,6 +398,53 @@ TEST_CASE("gguf: every block type matches a naive float64 dequantization", "[ggu
   CHECK_THROWS_AS(dequantize_row(8, zero, y, 31), Error);
 }
 
+TEST_CASE("gguf: the integer codes of every quantized type reproduce its values", "[gguf]") {
+  Rng rng(20261204);
+  for (const TypeSpec& t : kTypes) {
+    INFO("type " << t.name);
+    if (t.block == 1) {  // float types have no codes
+      CHECK_FALSE(ggml_type_has_codes(t.id));
+      uint8_t c[16];
+      float s[1], o[1];
+      const uint8_t zero[4] = {};
+      CHECK_THROWS_WITH(unpack_codes(t.id, zero, 1, c, s, o), Catch::Contains("has no integer codes"));
+      continue;
+    }
+    REQUIRE(ggml_type_has_codes(t.id));
+    const int n_blocks = 64, n = n_blocks * t.block;
+    const auto bytes = random_blocks(t, n_blocks, rng);
+    std::vector<uint8_t> code(static_cast<size_t>(n), 0xff);
+    std::vector<float> scale(static_cast<size_t>(n / 16)), offset(static_cast<size_t>(n / 16), 1.0f), deq(static_cast<size_t>(n));
+    const CodeMap map = unpack_codes(t.id, bytes.data(), n, code.data(), scale.data(), offset.data());
+    dequantize_row(t.id, bytes.data(), deq.data(), n);
+    // The code range: 2·zero values around a zero point, else the type's bits.
+    const std::string name = t.name;
+    const int range = map.zero ? 2 * map.zero : name.rfind("q4", 0) == 0 ? 16 : 32;
+    CHECK(map.has_offset == (name == "q4_1" || name == "q5_1" || name == "q4_k" || name == "q5_k"));
+    int max_code = 0;
+    for (int b = 0; b < n_blocks; ++b) {
+      const auto want = naive_block(t.id, bytes.data() + size_t(b) * t.bytes);
+      for (int j = 0; j < t.block; ++j) {
+        const int i = b * t.block + j, g = i / 16;
+        REQUIRE(int(code[size_t(i)]) < range);
+        max_code = std::max(max_code, int(code[size_t(i)]));
+        if (!map.has_offset) REQUIRE(offset[size_t(g)] == 0.0f);
+        // the float64 oracle, and dequantize_row's float32 bits
+        const double v = double(scale[size_t(g)]) * (int(code[size_t(i)]) - map.zero) + double(offset[size_t(g)]);
+        REQUIRE(std::fabs(v - want[size_t(j)]) <= 1e-6 * std::max(1.0, std::fabs(want[size_t(j)])));
+        float f = scale[size_t(g)] * float(int(code[size_t(i)]) - map.zero);
+        if (map.has_offset) f += offset[size_t(g)];
+        REQUIRE(std::memcmp(&f, &deq[size_t(i)], 4) == 0);
+      }
+    }
+    CHECK(max_code >= range / 2);  // random blocks reach the upper half
+  }
+  uint8_t c[32];
+  float s[2], o[2];
+  const uint8_t zero[34] = {};
+  CHECK_THROWS_WITH(unpack_codes(8, zero, 31, c, s, o), Catch::Contains("not a multiple"));
+}
+
 TEST_CASE("gguf: fp16 scale subnormals are decoded exactly", "[gguf]") {
   // Q8_0 block with d = smallest positive subnormal (2^-24) and qs = 1..32.
   uint8_t b[34] = {1, 0};

@@ -43,6 +43,20 @@ std::string ggml_type_name(uint32_t type);
 // Throws tq::Error for an unknown type or a bad n.
 void dequantize_row(uint32_t type, const void* src, float* dst, int64_t n);
 
+// The quantized types as integer codes: n values (n % block_size == 0) of
+// `type` unpack to code[i] (u8) and, per 16 values g = i / 16, scale[g] and
+// offset[g], with value i = scale[g]·float(code[i] − zero) (+ offset[g] where
+// has_offset; offset[g] = 0 otherwise) — the float32 arithmetic of
+// dequantize_row, bit for bit. Codes span [0, 2·zero) for the types with a zero
+// point (q8_0: [0, 256)), else [0, 2^bits). Throws tq::Error for a type without
+// codes (f32, f16, bf16) or a bad n.
+struct CodeMap {
+  int zero;
+  bool has_offset;
+};
+bool ggml_type_has_codes(uint32_t type);
+CodeMap unpack_codes(uint32_t type, const void* src, int64_t n, uint8_t* code, float* scale, float* offset);
+
 // ---- metadata -------------------------------------------------------------------
 enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,

@@ -2,6 +2,7 @@
 // dequantization to float32 (dequantize_row).
 #include "tq/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -40,63 +41,71 @@ B load_block(const uint8_t* p) {
 
 uint16_t le16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 
-void deq_q4_0(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
+// ---- integer codes --------------------------------------------------------------
+// Each quantized type unpacks a block into codes c (u8) and, per 16 values, a
+// scale s and an offset o, so that value = s·float(c − zero) (+ o for the types
+// with a min): exactly the float32 arithmetic of ggml's dequantization, which
+// dequantize_row replays. (The int8 GEMM reads the same codes.)
+struct Codes {
+  uint8_t* c;
+  float* s;
+  float* o;
+  void group(int64_t g, float scale, float offset) const { s[g] = scale, o[g] = offset; }
+};
+
+void unpack_q4_0(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK) {
     const auto b = load_block<BlockQ4_0>(src + i * sizeof(BlockQ4_0));
     const float d = half_to_float(b.d);
-    for (int j = 0; j < QK / 2; ++j) {
-      y[j] = d * float((b.qs[j] & 15) - 8);
-      y[j + QK / 2] = d * float((b.qs[j] >> 4) - 8);
-    }
+    for (int j = 0; j < QK / 2; ++j) k.c[j] = b.qs[j] & 15, k.c[j + QK / 2] = b.qs[j] >> 4;
+    k.group(2 * i, d, 0), k.group(2 * i + 1, d, 0);
   }
 }
 
-void deq_q4_1(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
+void unpack_q4_1(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK) {
     const auto b = load_block<BlockQ4_1>(src + i * sizeof(BlockQ4_1));
     const float d = half_to_float(b.d), m = half_to_float(b.m);
-    for (int j = 0; j < QK / 2; ++j) {
-      y[j] = d * float(b.qs[j] & 15) + m;
-      y[j + QK / 2] = d * float(b.qs[j] >> 4) + m;
-    }
+    for (int j = 0; j < QK / 2; ++j) k.c[j] = b.qs[j] & 15, k.c[j + QK / 2] = b.qs[j] >> 4;
+    k.group(2 * i, d, m), k.group(2 * i + 1, d, m);
   }
 }
 
-void deq_q5_0(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
+// Q5_0 / Q5_1: four low bits in qs, the fifth in qh.
+template <class Block>
+void unpack_q5(const Block& b, uint8_t* c) {
+  uint32_t h;
+  std::memcpy(&h, b.qh, 4);
+  for (int j = 0; j < QK / 2; ++j) {
+    c[j] = uint8_t((b.qs[j] & 15) | (((h >> j) & 1u) << 4));
+    c[j + QK / 2] = uint8_t((b.qs[j] >> 4) | (((h >> (j + 16)) & 1u) << 4));
+  }
+}
+
+void unpack_q5_0(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK) {
     const auto b = load_block<BlockQ5_0>(src + i * sizeof(BlockQ5_0));
     const float d = half_to_float(b.d);
-    uint32_t h;
-    std::memcpy(&h, b.qh, 4);
-    for (int j = 0; j < QK / 2; ++j) {
-      const int lo = (b.qs[j] & 15) | int(((h >> j) & 1u) << 4);
-      const int hi = (b.qs[j] >> 4) | int(((h >> (j + 16)) & 1u) << 4);
-      y[j] = d * float(lo - 16);
-      y[j + QK / 2] = d * float(hi - 16);
-    }
+    unpack_q5(b, k.c);
+    k.group(2 * i, d, 0), k.group(2 * i + 1, d, 0);
   }
 }
 
-void deq_q5_1(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
+void unpack_q5_1(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK) {
     const auto b = load_block<BlockQ5_1>(src + i * sizeof(BlockQ5_1));
     const float d = half_to_float(b.d), m = half_to_float(b.m);
-    uint32_t h;
-    std::memcpy(&h, b.qh, 4);
-    for (int j = 0; j < QK / 2; ++j) {
-      const int lo = (b.qs[j] & 15) | int(((h >> j) & 1u) << 4);
-      const int hi = (b.qs[j] >> 4) | int(((h >> (j + 16)) & 1u) << 4);
-      y[j] = d * float(lo) + m;
-      y[j + QK / 2] = d * float(hi) + m;
-    }
+    unpack_q5(b, k.c);
+    k.group(2 * i, d, m), k.group(2 * i + 1, d, m);
   }
 }
 
-void deq_q8_0(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK) {
+void unpack_q8_0(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK) {
     const auto b = load_block<BlockQ8_0>(src + i * sizeof(BlockQ8_0));
     const float d = half_to_float(b.d);
-    for (int j = 0; j < QK; ++j) y[j] = d * float(b.qs[j]);
+    for (int j = 0; j < QK; ++j) k.c[j] = uint8_t(b.qs[j] + 128);
+    k.group(2 * i, d, 0), k.group(2 * i + 1, d, 0);
   }
 }
 
@@ -111,69 +120,58 @@ void scale_min_k4(int j, const uint8_t* s, int& sc, int& mn) {
   }
 }
 
-// Q4_K/Q5_K: scale and min of the sub-blocks 2c and 2c + 1, as d·scale and dmin·min.
+// Q4_K/Q5_K: sub-block j of 32 values has scale d·sc_j and offset −dmin·m_j.
 template <class Block>
-void k4_scales(const Block& b, int c, float& d0, float& n0, float& d1, float& n1) {
+void k4_groups(const Block& b, int64_t i, Codes k) {
   const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
-  int s0, m0, s1, m1;
-  scale_min_k4(2 * c, b.scales, s0, m0);
-  scale_min_k4(2 * c + 1, b.scales, s1, m1);
-  d0 = d * float(s0), n0 = dmin * float(m0), d1 = d * float(s1), n1 = dmin * float(m1);
-}
-
-void deq_q4_k(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
-    const auto b = load_block<BlockQ4_K>(src + i * sizeof(BlockQ4_K));
-    for (int c = 0; c < 4; ++c) {
-      float d0, n0, d1, n1;
-      k4_scales(b, c, d0, n0, d1, n1);
-      const uint8_t* q = b.qs + 32 * c;
-      for (int l = 0; l < 32; ++l) {
-        y[64 * c + l] = d0 * float(q[l] & 15) - n0;
-        y[64 * c + 32 + l] = d1 * float(q[l] >> 4) - n1;
-      }
-    }
+  for (int j = 0; j < 8; ++j) {
+    int sc, mn;
+    scale_min_k4(j, b.scales, sc, mn);
+    const float s = d * float(sc), o = -(dmin * float(mn));
+    k.group(16 * i + 2 * j, s, o), k.group(16 * i + 2 * j + 1, s, o);
   }
 }
 
-void deq_q5_k(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
+void unpack_q4_k(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK_K) {
+    const auto b = load_block<BlockQ4_K>(src + i * sizeof(BlockQ4_K));
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) k.c[64 * c + l] = b.qs[32 * c + l] & 15, k.c[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+    k4_groups(b, i, k);
+  }
+}
+
+void unpack_q5_k(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK_K) {
     const auto b = load_block<BlockQ5_K>(src + i * sizeof(BlockQ5_K));
     for (int c = 0; c < 4; ++c) {
-      float d0, n0, d1, n1;
-      k4_scales(b, c, d0, n0, d1, n1);
       const uint8_t* q = b.qs + 32 * c;
       for (int l = 0; l < 32; ++l) {
-        const int lo = (q[l] & 15) + (((b.qh[l] >> (2 * c)) & 1) << 4);
-        const int hi = (q[l] >> 4) + (((b.qh[l] >> (2 * c + 1)) & 1) << 4);
-        y[64 * c + l] = d0 * float(lo) - n0;
-        y[64 * c + 32 + l] = d1 * float(hi) - n1;
+        k.c[64 * c + l] = uint8_t((q[l] & 15) + (((b.qh[l] >> (2 * c)) & 1) << 4));
+        k.c[64 * c + 32 + l] = uint8_t((q[l] >> 4) + (((b.qh[l] >> (2 * c + 1)) & 1) << 4));
       }
     }
+    k4_groups(b, i, k);
   }
 }
 
-void deq_q6_k(const uint8_t* src, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, y += QK_K) {
+// Q6_K: value = (d·sc)·float(q − 32), sc a signed scale per 16 values.
+void unpack_q6_k(const uint8_t* src, int64_t nb, Codes k) {
+  for (int64_t i = 0; i < nb; ++i, k.c += QK_K) {
     const auto b = load_block<BlockQ6_K>(src + i * sizeof(BlockQ6_K));
     const float d = half_to_float(b.d);
     for (int h = 0; h < 2; ++h) {
       const uint8_t* L = b.ql + 64 * h;
       const uint8_t* H = b.qh + 32 * h;
-      const int8_t* S = b.scales + 8 * h;
-      float* o = y + 128 * h;
+      uint8_t* c = k.c + 128 * h;
       for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((L[l] & 15) | ((H[l] & 3) << 4)) - 32;
-        const int q2 = ((L[l + 32] & 15) | (((H[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((L[l] >> 4) | (((H[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4)) - 32;
-        o[l] = d * float(S[is]) * float(q1);
-        o[l + 32] = d * float(S[is + 2]) * float(q2);
-        o[l + 64] = d * float(S[is + 4]) * float(q3);
-        o[l + 96] = d * float(S[is + 6]) * float(q4);
+        c[l] = uint8_t((L[l] & 15) | ((H[l] & 3) << 4));
+        c[l + 32] = uint8_t((L[l + 32] & 15) | (((H[l] >> 2) & 3) << 4));
+        c[l + 64] = uint8_t((L[l] >> 4) | (((H[l] >> 4) & 3) << 4));
+        c[l + 96] = uint8_t((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4));
       }
     }
+    for (int g = 0; g < 16; ++g) k.group(16 * i + g, d * float(b.scales[g]), 0);
   }
 }
 
@@ -205,13 +203,55 @@ std::string ggml_type_name(uint32_t type) {
   return t ? t->name : fmt::format("type {}", type);
 }
 
-void dequantize_row(uint32_t type, const void* src_v, float* y, int64_t n) {
+namespace {
+
+// The unpacker and zero point of a quantized type; nullptr for f32/f16/bf16.
+struct Unpacker {
+  void (*fn)(const uint8_t*, int64_t, Codes);
+  int zero;
+  bool has_offset;
+};
+
+const Unpacker* unpacker(uint32_t type) {
+  static const Unpacker q4_0{unpack_q4_0, 8, false}, q4_1{unpack_q4_1, 0, true}, q5_0{unpack_q5_0, 16, false},
+      q5_1{unpack_q5_1, 0, true}, q8_0{unpack_q8_0, 128, false}, q4_k{unpack_q4_k, 0, true},
+      q5_k{unpack_q5_k, 0, true}, q6_k{unpack_q6_k, 32, false};
+  switch (GgmlType(type)) {
+    case GgmlType::Q4_0: return &q4_0;
+    case GgmlType::Q4_1: return &q4_1;
+    case GgmlType::Q5_0: return &q5_0;
+    case GgmlType::Q5_1: return &q5_1;
+    case GgmlType::Q8_0: return &q8_0;
+    case GgmlType::Q4_K: return &q4_k;
+    case GgmlType::Q5_K: return &q5_k;
+    case GgmlType::Q6_K: return &q6_k;
+    default: return nullptr;
+  }
+}
+
+const GgmlTypeInfo& checked_info(const char* what, uint32_t type, int64_t n) {
   const GgmlTypeInfo* info = ggml_type_info(type);
-  TQ_CHECK(info, "dequantize_row: ggml type {} is not supported", type);
-  TQ_CHECK(n >= 0 && n % info->block_size == 0, "dequantize_row: {} values is not a multiple of the {} block size {}",
-           n, info->name, info->block_size);
+  TQ_CHECK(info, "{}: ggml type {} is not supported", what, type);
+  TQ_CHECK(n >= 0 && n % info->block_size == 0, "{}: {} values is not a multiple of the {} block size {}", what, n,
+           info->name, info->block_size);
+  return *info;
+}
+
+}  // namespace
+
+bool ggml_type_has_codes(uint32_t type) { return unpacker(type) != nullptr; }
+
+CodeMap unpack_codes(uint32_t type, const void* src, int64_t n, uint8_t* code, float* scale, float* offset) {
+  const GgmlTypeInfo& info = checked_info("unpack_codes", type, n);
+  const Unpacker* u = unpacker(type);
+  TQ_CHECK(u, "unpack_codes: ggml type {} has no integer codes", info.name);
+  u->fn(static_cast<const uint8_t*>(src), n / info.block_size, Codes{code, scale, offset});
+  return {u->zero, u->has_offset};
+}
+
+void dequantize_row(uint32_t type, const void* src_v, float* y, int64_t n) {
+  const GgmlTypeInfo& info = checked_info("dequantize_row", type, n);
   const auto* src = static_cast<const uint8_t*>(src_v);
-  const int64_t nb = n / info->block_size;
   switch (GgmlType(type)) {
     case GgmlType::F32: std::memcpy(y, src, size_t(n) * 4); return;
     case GgmlType::F16:
@@ -220,16 +260,22 @@ void dequantize_row(uint32_t type, const void* src_v, float* y, int64_t n) {
     case GgmlType::BF16:
       for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_float(le16(src + 2 * i));
       return;
-    case GgmlType::Q4_0: deq_q4_0(src, y, nb); return;
-    case GgmlType::Q4_1: deq_q4_1(src, y, nb); return;
-    case GgmlType::Q5_0: deq_q5_0(src, y, nb); return;
-    case GgmlType::Q5_1: deq_q5_1(src, y, nb); return;
-    case GgmlType::Q8_0: deq_q8_0(src, y, nb); return;
-    case GgmlType::Q4_K: deq_q4_k(src, y, nb); return;
-    case GgmlType::Q5_K: deq_q5_k(src, y, nb); return;
-    case GgmlType::Q6_K: deq_q6_k(src, y, nb); return;
+    default: break;
   }
-  TQ_ASSERT(false);
+  // Quantized: a super-block at a time through its codes.
+  const Unpacker* u = unpacker(type);
+  TQ_ASSERT(u);
+  const int64_t bs = info.block_size, chunk = 256 / bs;  // blocks per 256 values
+  uint8_t c[256];
+  float s[16], o[16];
+  for (int64_t b = 0; b < n / bs; b += chunk, y += 256) {
+    const int64_t nb = std::min(chunk, n / bs - b), nv = nb * bs;
+    u->fn(src + b * info.type_size, nb, Codes{c, s, o});
+    if (u->has_offset)
+      for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u->zero) + o[i / 16];
+    else  // no "+ 0": it would turn −0 into +0
+      for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u->zero);
+  }
 }
 
 }  // namespace tq
