@@ -23,7 +23,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"tq-eval: perplexity / KLD (reference: fp16 cache) or passkey retrieval of a model with its KV cache "
                "in a given format"};
-  std::string task = "ppl", model_path, text_path, skip_layers = "none";
+  std::string task = "ppl", model_path, text_path, skip_layers = "none", matmul = "f32";
   std::vector<std::string> formats;
   int ctx = 512, chunks = -1, threads = 0;
   bool json = false, list_formats = false, center_keys = false;
@@ -42,6 +42,11 @@ int main(int argc, char** argv) {
   app.add_option("--skip-layers", skip_layers, "layers kept in fp16, e.g. first2,last2 or 0,1,28-29")
       ->capture_default_str();
   app.add_option("--threads", threads, "threads for the forward passes (0: all)")->capture_default_str();
+  app.add_option("--matmul", matmul,
+                 "weight products: f32 (exact, the reference) or int8 (integer weight codes x int8 activations, as "
+                 "llama.cpp on a CPU; faster, see docs/models.md)")
+      ->check(CLI::IsMember({"f32", "int8"}))
+      ->capture_default_str();
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("--center-keys", center_keys,
                "quantize each head's keys minus their mean over the chunk (a non-causal diagnostic; formats are "
@@ -71,7 +76,8 @@ int main(int argc, char** argv) {
     const std::string text = tq::read_text_file(text_path);
     TQ_CHECK(!text.empty(), "{}: the text is empty", text_path);
 
-    const tq::Model model = tq::Model::load(model_path, /*verbose=*/false);
+    const tq::Model model =
+        tq::Model::load(model_path, /*verbose=*/false, matmul == "int8" ? tq::MatmulMode::int8 : tq::MatmulMode::f32);
     const tq::ModelConfig& c = model.config();
     tq::KvStoreOptions so;
     so.n_layers = c.n_layers;
@@ -107,14 +113,15 @@ int main(int argc, char** argv) {
           j["source_file"] = model_path;
           j["text"] = text_path;
           j["skip_layers"] = skip_layers;
+          j["matmul"] = matmul;
           j["seed"] = pk.seed;
           arr.push_back(std::move(j));
         }
         std::printf("%s\n", tq::dump_json(arr, 2).c_str());
       } else {
-        std::printf("%s (%s), passkey retrieval, haystack %s, seed %llu, fp16 layers: %s; retrieved/total per length\n",
+        std::printf("%s (%s), passkey retrieval, haystack %s, seed %llu, fp16 layers: %s%s; retrieved/total per length\n",
                     c.name.c_str(), c.arch.c_str(), text_path.c_str(), static_cast<unsigned long long>(pk.seed),
-                    skip_layers.c_str());
+                    skip_layers.c_str(), matmul == "int8" ? ", int8 weight products" : "");
         std::fputs(tq::passkey_report(trials, results).c_str(), stdout);
       }
       return 0;
@@ -141,13 +148,15 @@ int main(int argc, char** argv) {
         j["text"] = text_path;
         j["n_ctx"] = ctx;
         j["skip_layers"] = skip_layers;
+        j["matmul"] = matmul;
         j["reference"] = "f16";
         arr.push_back(std::move(j));
       }
       std::printf("%s\n", tq::dump_json(arr, 2).c_str());
     } else {
-      std::printf("%s (%s), %s, n_ctx %d, reference: f16 KV cache, fp16 layers: %s\n", c.name.c_str(), c.arch.c_str(),
-                  text_path.c_str(), ctx, skip_layers.c_str());
+      std::printf("%s (%s), %s, n_ctx %d, reference: f16 KV cache, fp16 layers: %s%s\n", c.name.c_str(),
+                  c.arch.c_str(), text_path.c_str(), ctx, skip_layers.c_str(),
+                  matmul == "int8" ? ", int8 weight products" : "");
       std::fputs(tq::perplexity_report(results).c_str(), stdout);
     }
     return 0;

@@ -132,3 +132,36 @@ TEST_CASE("qwen2 0.5B: logits and captured K/V equal the float64 reference", "[m
   std::printf("qwen2 0.5B vs float64 reference: max |Δlogit| %.3g (tolerance %.3g), max relative K/V error %.3g\n",
               worst, kLogitTol, worst_kv);
 }
+
+// MatmulMode::int8 (integer weight codes × activations rounded to int8 per 16
+// or 32 values) against the same float64 reference: an approximation, so the
+// check is the size of its error — well above float32 rounding (the int8
+// products really run) and far below the model's own margins — and the top-1
+// token wherever the reference's top two are more than the tolerance apart.
+TEST_CASE("qwen2 0.5B: int8 weight products stay within their rounding of the float64 reference",
+          "[model][qwen2]") {
+  const Model m = Model::load(tqtest::require_model("qwen0.5b"), false, tq::MatmulMode::int8);
+  CHECK(m.config().matmul == tq::MatmulMode::int8);
+  constexpr double kInt8Tol = 0.5;
+  double worst = 0;
+  for (const Json& seq : reference().at("forward").at("sequences")) {
+    const Ids ids = ids_of(seq.at("ids"));
+    const RowMatrix lg = m.forward(ids, nullptr, 0);
+    for (const Json& p : seq.at("positions")) {
+      const int64_t pos = p.at("position").get<int64_t>();
+      INFO(seq.at("name").get<std::string>() << " position " << pos);
+      const Ids top_ids = ids_of(p.at("top_ids"));
+      for (size_t i = 0; i < top_ids.size(); ++i)
+        worst = std::max(worst, std::fabs(double(lg(pos, top_ids[i])) - p.at("top_logits").at(i).get<double>()));
+      if (p.at("top_logits").at(0).get<double>() - p.at("top_logits").at(1).get<double>() > 2 * kInt8Tol) {
+        Eigen::Index top;
+        lg.row(pos).maxCoeff(&top);
+        CHECK(top == int64_t(top_ids.at(0)));
+      }
+    }
+  }
+  std::printf("qwen2 0.5B int8 weight products vs float64 reference: max |Δlogit| %.3g (tolerance %.3g)\n", worst,
+              kInt8Tol);
+  CHECK(worst > 10 * kLogitTol);
+  CHECK(worst < kInt8Tol);
+}

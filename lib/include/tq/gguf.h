@@ -135,6 +135,8 @@ class GgufFile {
   const GgufTensor* find_tensor(const std::string& name) const;
   const GgufTensor& tensor(const std::string& name) const;  // throws if absent
 
+  // The bytes of t (t.n_bytes of them, inside the mapping).
+  const uint8_t* tensor_data(const GgufTensor& t) const { return base_ + t.offset; }
   // Dequantizes rows [row0, row0 + n_rows) of t (each ne[0] values) into out.
   void dequantize_rows(const GgufTensor& t, int64_t row0, int64_t n_rows, float* out) const;
   std::vector<float> dequantize(const GgufTensor& t) const;

@@ -14,7 +14,10 @@
 //    after the Q/K/V projections (before RoPE), RoPE NEOX mode, untied
 //    output.weight; head_dim = n_embd / n_head when key_length is absent.
 //
-// Weights are dequantized to float32 at load. Every forward runs positions
+// Weights are dequantized to float32 at load (MatmulMode::f32, the default);
+// MatmulMode::int8 keeps the integer codes of quantized weights and quantizes
+// the activations to int8 for those products instead, as llama.cpp does on the
+// CPU (faster; docs/models.md gives its perplexity cost). Every forward runs positions
 // 0..n−1 of a token sequence with a fresh cache (the llama-perplexity method);
 // K/V go through a KvStore before attention reads them.
 #pragma once
@@ -36,6 +39,13 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 // The GGUF general.architecture values Model::load accepts.
 inline constexpr const char* kSupportedArchitectures = "llama, gemma3, qwen2";
 
+// How the weight products run: f32 — float32 weights and activations (exact up
+// to float rounding; the reference); int8 — the GGUF's integer weight codes
+// times activations quantized to int8 per group of 16 or 32 values (weights
+// without integer codes, e.g. f16, stay float32; the token embedding always does).
+enum class MatmulMode { f32, int8 };
+const char* matmul_mode_name(MatmulMode m);  // "f32", "int8"
+
 struct LayerConfig {
   float rope_theta = 10000.0f;
   int sliding_window = 0;   // 0 = global attention
@@ -54,6 +64,7 @@ struct ModelConfig {
   bool rope_neox = false;         // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
   bool qk_norm = false, post_norms = false, gelu = false;
   bool qkv_bias = false;          // qwen2: biases added after the Q/K/V projections
+  MatmulMode matmul = MatmulMode::f32;
   std::vector<LayerConfig> layers;
 
   std::string summary() const;  // multi-line, for the load log
@@ -78,7 +89,7 @@ class Model {
  public:
   // Loads and dequantizes a GGUF model. verbose: print the configuration read
   // from the file and the tensor-type histogram to stderr.
-  static Model load(const std::string& path, bool verbose = true);
+  static Model load(const std::string& path, bool verbose = true, MatmulMode matmul = MatmulMode::f32);
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
   ~Model();

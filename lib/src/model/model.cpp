@@ -13,6 +13,7 @@
 #include "tq/gguf.h"
 #include "tq/parallel.h"
 #include "gemm.h"
+#include "gemm_int8.h"
 
 namespace tq {
 
@@ -20,23 +21,41 @@ namespace {
 
 using Vec = Eigen::VectorXf;
 
+// A weight matrix W [out, in]: float32 panels, or (MatmulMode::int8, weights
+// with integer codes) the codes.
+struct Weight {
+  detail::PackedMatrix f32;
+  detail::Int8Matrix i8;
+  int64_t rows() const { return i8.empty() ? f32.rows() : i8.rows(); }
+  int64_t cols() const { return i8.empty() ? f32.cols() : i8.cols(); }
+};
+
 // Y = X · Wᵀ (X [n, in] with leading dimension ldx, W [out, in] pre-packed,
 // Y [n, out]). Threads take 256-column chunks from a shared counter, so a core
 // slowed by a neighbour on this shared VM does not hold the other back (a
 // static half each ran 25-35% slower in such runs); each chunk streams its
 // share of W once and all share X, which stays in cache.
-void matmul_t(const float* X, int64_t n, int64_t ldx, const detail::PackedMatrix& W, RowMatrix& Y, int n_threads) {
+void matmul_t(const float* X, int64_t n, int64_t ldx, const Weight& W, RowMatrix& Y, int n_threads) {
   Y.resize(n, W.rows());
   const int64_t out = W.rows();
   constexpr int64_t kChunk = 16 * detail::PackedMatrix::kPanel;
+  const int64_t chunks = (out + kChunk - 1) / kChunk;
+  if (!W.i8.empty()) {
+    const detail::Int8Rows xq(n, X, ldx, W.cols(), W.i8.group(), n_threads);
+    parallel_for(n_threads, chunks, [&](int64_t t) {
+      const int64_t c0 = t * kChunk, c1 = std::min(out, c0 + kChunk);
+      detail::gemm_int8(xq, W.i8, c0, c1, Y.data() + c0, out);
+    });
+    return;
+  }
   const detail::PackedRows xp(n, X, ldx, W.cols());
-  parallel_for(n_threads, (out + kChunk - 1) / kChunk, [&](int64_t t) {
+  parallel_for(n_threads, chunks, [&](int64_t t) {
     const int64_t c0 = t * kChunk, c1 = std::min(out, c0 + kChunk);
-    detail::gemm_packed(xp, W, c0, c1, Y.data() + c0, out);
+    detail::gemm_packed(xp, W.f32, c0, c1, Y.data() + c0, out);
   });
 }
 
-void matmul_t(const RowMatrix& X, const detail::PackedMatrix& W, RowMatrix& Y, int n_threads) {
+void matmul_t(const RowMatrix& X, const Weight& W, RowMatrix& Y, int n_threads) {
   TQ_ASSERT(X.cols() == W.cols());
   matmul_t(X.data(), X.rows(), X.cols(), W, Y, n_threads);
 }
@@ -60,7 +79,7 @@ struct Layer {
   // Q, K, V stacked in one matrix [q_dim + 2·kv_dim, n_embd] and gate, up in
   // one [2·n_ff, n_embd]: one product each instead of three and two (the
   // 256-row K and V products of Qwen2.5-1.5B ran at half the large ones' rate).
-  detail::PackedMatrix wqkv, wo, w_gate_up, w_down;
+  Weight wqkv, wo, w_gate_up, w_down;
 };
 
 // Adds b to every row of X [n, b.size()].
@@ -76,12 +95,12 @@ struct Model::Impl {
   ModelConfig cfg;
   Tokenizer tok;
   std::string log;
-  detail::PackedMatrix tok_embd;  // [n_vocab, n_embd]: rows looked up, and the output when tied
-  detail::PackedMatrix output;    // [n_vocab, n_embd]; empty when tied to tok_embd
+  Weight tok_embd;  // [n_vocab, n_embd], float32: rows looked up, and the output when tied
+  Weight output;    // [n_vocab, n_embd]; empty when tied to tok_embd
   Vec output_norm;
   std::vector<Layer> layers;
 
-  const detail::PackedMatrix& out_weight() const { return output.rows() ? output : tok_embd; }
+  const Weight& out_weight() const { return output.rows() ? output : tok_embd; }
   void rope(float* x, int64_t n, int n_head, const LayerConfig& lc) const;
   void attention(const RowMatrix& Q, const RowMatrix& K, const RowMatrix& V, RowMatrix& O, const LayerConfig& lc,
                  bool no_window, int n_threads) const;
@@ -95,13 +114,15 @@ const ModelConfig& Model::config() const { return impl_->cfg; }
 const Tokenizer& Model::tokenizer() const { return impl_->tok; }
 const std::string& Model::load_log() const { return impl_->log; }
 
+const char* matmul_mode_name(MatmulMode m) { return m == MatmulMode::int8 ? "int8" : "f32"; }
+
 std::string ModelConfig::summary() const {
   std::string s = fmt::format(
       "model '{}' (arch {}): {} layers, n_embd {}, n_ff {}, {} query heads, {} KV heads, head_dim {}, n_rot {}, "
-      "vocab {}, rms_eps {:g}, embedding scale {:g}, RoPE {}{}{}{}{}\n",
+      "vocab {}, rms_eps {:g}, embedding scale {:g}, RoPE {}{}{}{}{}{}\n",
       name, arch, n_layers, n_embd, n_ff, n_heads, n_kv_heads, head_dim, n_rot, n_vocab, rms_eps, embd_scale,
       rope_neox ? "NEOX" : "NORM", qkv_bias ? ", QKV biases" : "", qk_norm ? ", QK-norm" : "", post_norms ? ", post-norms" : "",
-      gelu ? ", GELU-tanh FFN" : ", SwiGLU FFN");
+      gelu ? ", GELU-tanh FFN" : ", SwiGLU FFN", matmul == MatmulMode::int8 ? ", int8 weight products" : "");
   // One line per distinct layer setting, listing the layers that use it.
   std::vector<bool> done(layers.size(), false);
   for (size_t a = 0; a < layers.size(); ++a) {
@@ -132,32 +153,52 @@ Vec load_vec(const GgufFile& f, const std::string& name, int64_t n) {
   return v;
 }
 
-// Dequantizes a GGUF matrix [in, out] (out rows of in values) straight into
-// rows [row0, row0 + out) of a packed matrix, 1024 rows per task.
-void load_mat_into(detail::PackedMatrix& m, int64_t row0, const GgufFile& f, const std::string& name, int64_t in,
-                   int64_t out, int n_threads) {
-  const GgufTensor& t = f.tensor(name);
-  TQ_CHECK(t.n_dims == 2 && t.ne[0] == in && t.ne[1] == out, "{}: tensor '{}' has shape {}, expected [{}, {}]",
-           f.path(), name, t.shape_string(), in, out);
-  TQ_ASSERT(m.cols() == in && row0 + out <= m.rows());
-  const int64_t step = 1024;
-  parallel_for(n_threads, (out + step - 1) / step, [&](int64_t b) {
-    const int64_t r0 = b * step, r1 = std::min(out, r0 + step);
-    std::vector<float> rows(size_t((r1 - r0) * in));
-    f.dequantize_rows(t, r0, r1 - r0, rows.data());
-    m.set_rows(row0 + r0, r1 - r0, rows.data(), in);
-  });
-}
+// The parts of one weight matrix (stacked Q/K/V or gate/up): GGUF tensors of
+// shape [in, out_i], stacked along out.
+struct Part {
+  std::string name;
+  int64_t out;
+};
 
-detail::PackedMatrix load_mat(const GgufFile& f, const std::string& name, int64_t in, int64_t out, int n_threads) {
-  detail::PackedMatrix m(out, in);
-  load_mat_into(m, 0, f, name, in, out, n_threads);
-  return m;
+// Loads parts (each [in, out_i]) stacked into one weight [Σ out_i, in]: the
+// integer codes when int8 and every part has them, else float32 panels,
+// dequantized 1024 rows per task.
+Weight load_weight(const GgufFile& f, const std::vector<Part>& parts, int64_t in, bool int8, int n_threads) {
+  int64_t rows = 0;
+  bool codes = int8 && in % 32 == 0;
+  for (const Part& p : parts) {
+    const GgufTensor& t = f.tensor(p.name);
+    TQ_CHECK(t.n_dims == 2 && t.ne[0] == in && t.ne[1] == p.out, "{}: tensor '{}' has shape {}, expected [{}, {}]",
+             f.path(), p.name, t.shape_string(), in, p.out);
+    codes = codes && ggml_type_has_codes(t.type);
+    rows += p.out;
+  }
+  Weight w;
+  if (codes) w.i8 = detail::Int8Matrix(rows, in);
+  else w.f32 = detail::PackedMatrix(rows, in);
+  int64_t row0 = 0;
+  for (const Part& p : parts) {
+    const GgufTensor& t = f.tensor(p.name);
+    const int64_t step = 1024;
+    parallel_for(n_threads, (p.out + step - 1) / step, [&](int64_t b) {
+      const int64_t r0 = b * step, r1 = std::min(p.out, r0 + step);
+      if (codes) {
+        w.i8.set_rows(row0 + r0, r1 - r0, t.type, f.tensor_data(t) + r0 * t.row_bytes(), t.row_bytes());
+        return;
+      }
+      std::vector<float> buf(size_t((r1 - r0) * in));
+      f.dequantize_rows(t, r0, r1 - r0, buf.data());
+      w.f32.set_rows(row0 + r0, r1 - r0, buf.data(), in);
+    });
+    row0 += p.out;
+  }
+  if (codes) w.i8.finish();
+  return w;
 }
 
 }  // namespace
 
-Model Model::load(const std::string& path, bool verbose) {
+Model Model::load(const std::string& path, bool verbose, MatmulMode matmul) {
   const GgufFile f = GgufFile::open(path);
   const std::string arch = f.get_string("general.architecture");
   TQ_CHECK(arch == "llama" || arch == "gemma3" || arch == "qwen2",
@@ -166,6 +207,7 @@ Model Model::load(const std::string& path, bool verbose) {
   ModelConfig& c = im->cfg;
   c.path = path;
   c.arch = arch;
+  c.matmul = matmul;
   c.name = f.get_string("general.name", "");
   const std::string p = c.arch + ".";
   const bool gemma = c.arch == "gemma3";
@@ -224,8 +266,10 @@ Model Model::load(const std::string& path, bool verbose) {
 
   const int nt = resolve_threads(0);
   const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-  im->tok_embd = load_mat(f, "token_embd.weight", c.n_embd, c.n_vocab, nt);
-  if (f.find_tensor("output.weight")) im->output = load_mat(f, "output.weight", c.n_embd, c.n_vocab, nt);
+  const bool int8 = matmul == MatmulMode::int8;
+  im->tok_embd = load_weight(f, {{"token_embd.weight", c.n_vocab}}, c.n_embd, false, nt);
+  if (f.find_tensor("output.weight"))
+    im->output = load_weight(f, {{"output.weight", c.n_vocab}}, c.n_embd, int8, nt);
   im->output_norm = load_vec(f, "output_norm.weight", c.n_embd);
   im->layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -233,15 +277,11 @@ Model Model::load(const std::string& path, bool verbose) {
     const std::string b = fmt::format("blk.{}.", l);
     L.attn_norm = load_vec(f, b + "attn_norm.weight", c.n_embd);
     L.ffn_norm = load_vec(f, b + "ffn_norm.weight", c.n_embd);
-    L.wqkv = detail::PackedMatrix(q_dim + 2 * kv_dim, c.n_embd);
-    load_mat_into(L.wqkv, 0, f, b + "attn_q.weight", c.n_embd, q_dim, nt);
-    load_mat_into(L.wqkv, q_dim, f, b + "attn_k.weight", c.n_embd, kv_dim, nt);
-    load_mat_into(L.wqkv, q_dim + kv_dim, f, b + "attn_v.weight", c.n_embd, kv_dim, nt);
-    L.wo = load_mat(f, b + "attn_output.weight", q_dim, c.n_embd, nt);
-    L.w_gate_up = detail::PackedMatrix(2 * int64_t(c.n_ff), c.n_embd);
-    load_mat_into(L.w_gate_up, 0, f, b + "ffn_gate.weight", c.n_embd, c.n_ff, nt);
-    load_mat_into(L.w_gate_up, c.n_ff, f, b + "ffn_up.weight", c.n_embd, c.n_ff, nt);
-    L.w_down = load_mat(f, b + "ffn_down.weight", c.n_ff, c.n_embd, nt);
+    L.wqkv = load_weight(f, {{b + "attn_q.weight", q_dim}, {b + "attn_k.weight", kv_dim}, {b + "attn_v.weight", kv_dim}},
+                         c.n_embd, int8, nt);
+    L.wo = load_weight(f, {{b + "attn_output.weight", c.n_embd}}, q_dim, int8, nt);
+    L.w_gate_up = load_weight(f, {{b + "ffn_gate.weight", c.n_ff}, {b + "ffn_up.weight", c.n_ff}}, c.n_embd, int8, nt);
+    L.w_down = load_weight(f, {{b + "ffn_down.weight", c.n_embd}}, c.n_ff, int8, nt);
     if (c.qkv_bias) {
       L.bq = load_vec(f, b + "attn_q.bias", q_dim);
       L.bk = load_vec(f, b + "attn_k.bias", kv_dim);
@@ -359,7 +399,7 @@ RowMatrix Model::forward(const std::vector<int32_t>& tokens, KvStore* store, int
 
   RowMatrix h(n, c.n_embd);
   for (int64_t i = 0; i < n; ++i) {
-    m.tok_embd.get_row(tokens[size_t(i)], h.row(i).data());
+    m.tok_embd.f32.get_row(tokens[size_t(i)], h.row(i).data());
     h.row(i) *= c.embd_scale;
   }
 
