@@ -9,6 +9,8 @@
 #
 #   ppl512-f16    tq-eval, 1.5B, n_ctx 512, f16 cache, the whole Jargon File
 #                 Part I (34 chunks: the number to compare with llama.cpp)
+#   ppl512-f16-int8  the same with int8 weight products (--matmul int8, llama.cpp's
+#                 kind of arithmetic)
 #   ppl512        tq-eval, 1.5B, n_ctx 512, the first $CHUNKS chunks of Part I,
 #                 every vLLM preset, turbo format, q8_0 and q4_0
 #   ppl512-skip   the same with the first and last two layers kept at fp16
@@ -28,9 +30,10 @@
 #                 the first and last two layers at fp16 (without them every
 #                 rotated format is already broken at n_ctx 512, see ppl512)
 #   long16k       the same formats at n_ctx 16384: one chunk of the Lexicon's first
-#                 16384 tokens (8192 scored: positions 8192 …, not the tokens above);
-#                 about 18 GB of memory (two 8192 x 151936 logit matrices beside the
-#                 weights): run it with nothing else on a 24 GB box
+#                 16384 tokens (8192 scored: positions 8192 …, not the tokens above),
+#                 with int8 weight products (--matmul int8): two 8192 x 151936 logit
+#                 matrices (10 GB) beside the weights need about 14 GB so, 18 GB with
+#                 float32 weights (that run was killed for memory on the 24 GB box)
 #   passkey       passkey retrieval at 1K and 4K tokens, depths 0, 0.5, 1, for
 #                 f16, q8_0, turbo4, 4bit_nc, k3v4_nc (same fp16 layers)
 #   passkey-grid  passkey retrieval at 2K and 8K tokens, depths 0, 0.25, 0.5,
@@ -73,6 +76,9 @@ run() {
 
 step_ppl512_f16() {
   run ppl512-f16 build/tq-eval --model "$M15" --text "$TEXT" --ctx 512
+}
+step_ppl512_f16_int8() {
+  run ppl512-f16-int8 build/tq-eval --model "$M15" --text "$TEXT" --ctx 512 --matmul int8
 }
 step_ppl512() {
   # shellcheck disable=SC2086
@@ -123,7 +129,7 @@ step_long() {
 step_long16k() {
   # shellcheck disable=SC2086
   run long-16384 build/tq-eval --model "$M15" --text "$LONG" --ctx 16384 --chunks 1 \
-    --skip-layers first2,last2 --format $FORMATS_LONG
+    --skip-layers first2,last2 --matmul int8 --format $FORMATS_LONG
 }
 step_passkey() {
   # shellcheck disable=SC2086
@@ -139,10 +145,11 @@ step_passkey_grid() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long long16k ppl512-kivi ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512-f16-int8 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long long16k ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512-f16) step_ppl512_f16 ;;
+    ppl512-f16-int8) step_ppl512_f16_int8 ;;
     ppl512) step_ppl512 ;;
     ppl512-skip) step_ppl512_skip ;;
     ppl512-all) step_ppl512_all ;;

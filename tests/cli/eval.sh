@@ -29,10 +29,20 @@ for k in ("max", "99.9%", "99%", "95%", "90%", "median", "10%", "5%", "1%", "0.1
 for k in ("delta_ppl", "delta_ppl_err", "dp_rms", "dp_rms_err", "same_top_err", "kld_err"):
     assert k in f32, k
 PY
+cp "$TMP/out" "$TMP/f32.json"
+# int8 weight products: the same evaluation within a fraction of a percent of the float32 forward's.
+run "$T" --model "$MODEL" --text "$TEXT" --ctx 128 --chunks 2 --matmul int8 --json
+expect_rc 0; expect_json
+python3 - "$TMP/f32.json" "$TMP/out" <<'PY' || fail "tq-eval --matmul int8"
+import json, sys
+f32, i8 = json.load(open(sys.argv[1]))[0], json.load(open(sys.argv[2]))[0]
+assert f32["matmul"] == "f32" and i8["matmul"] == "int8"
+assert i8["ppl"] != f32["ppl"] and abs(i8["ppl"] / f32["ppl"] - 1) < 0.01, (i8["ppl"], f32["ppl"])
+PY
 run "$T" --model "$MODEL" --text "$TEXT" --ctx 128 --chunks 2 --format f16 f32 --skip-layers first2,last2
 expect_rc 0; expect_out "PPL"; expect_out "f32"; expect_out "(reference)"; expect_out "KLD max"
 
-for args in "--format q9_9" "--ctx 4" "--chunks 0" "--skip-layers 40" "--skip-layers x" "--text /nonexistent/t.txt" \
+for args in "--format q9_9" "--ctx 4" "--chunks 0" "--matmul int4" "--skip-layers 40" "--skip-layers x" "--text /nonexistent/t.txt" \
             "--text $SRC/tests/data/small_text.txt"; do
   run "$T" --model "$MODEL" --text "$TEXT" --ctx 128 --chunks 2 $args
   expect_rc 2; expect_empty_out

@@ -17,7 +17,7 @@
 // Weights are dequantized to float32 at load (MatmulMode::f32, the default);
 // MatmulMode::int8 keeps the integer codes of quantized weights and quantizes
 // the activations to int8 for those products instead, as llama.cpp does on the
-// CPU (faster; docs/models.md gives its perplexity cost). Every forward runs positions
+// CPU (faster; docs/models.md §10 gives its perplexity cost). Every forward runs positions
 // 0..n−1 of a token sequence with a fresh cache (the llama-perplexity method);
 // K/V go through a KvStore before attention reads them.
 #pragma once

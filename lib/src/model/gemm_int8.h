@@ -4,7 +4,7 @@
 // group dot products are exact integer sums (AVX-512 VNNI vpdpbusd: 64 u8×s8
 // products per instruction, four times the fp32 FMA's 16; portable loops give
 // the same bits elsewhere). Opt-in (MatmulMode::int8): it trades the exact
-// fp32 forward for speed; docs/models.md states its cost in perplexity.
+// fp32 forward for speed; docs/models.md §10 states its cost in perplexity.
 //
 // Per row i, column j and group g of k values (w = S·(c − zero) + offset is
 // the GGUF's exact dequantization, folded into w = S·c + O):
