@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "decode_common.cuh"
+#include "decode_key_codecs.cuh"
 #include "formats.cuh"
 
 namespace tq::cuda {
@@ -112,14 +113,15 @@ struct QCfg {
   // 1-bit QJL signs} per block; the score adds norm·κ·rnorm·(R q′)·(±1) — a second MMA
   // chain over the signs with the query rotated once more — and the values a second
   // accumulator over the signs, rotated back by R⁻¹ at the write-out (see the kernel).
-  static constexpr bool kQjl = C::kKey == KeyKind::turbo_qjl;
-  static constexpr bool kTurbo = C::kKey == KeyKind::turbo || kQjl;
+  using Keys = KeyCodec<C::kKey, C::kKeyBits>;  // decode_key_codecs.cuh
+  static constexpr bool kQjl = Keys::kSignTerm;
+  static constexpr bool kTurbo = Keys::kBlocks;
   static constexpr int kTB = kTurbo ? C::kTurboBlocks : 1;  // turbo blocks per head (1 otherwise)
   static constexpr int D = kTurbo ? 128 * kTB : C::kD;
   static constexpr int kSlot = layout::vllm_slot_bytes(C::kKeyBytes, C::kValueBytes);
   static constexpr int kKSteps = D / 16;
-  static constexpr bool kMse = C::kKey == KeyKind::mse;
-  static constexpr bool kLut = kMse || kTurbo;  // keys through the centroid-pair LUT
+  static constexpr bool kMse = Keys::kNormSums;  // mse keys: {indices, norm}, the norm sums
+  static constexpr bool kLut = Keys::kLut;        // keys through the centroid-pair LUT
   static constexpr int kLutCopies = 32;          // one per lane: conflict-free
   // d ≤ 128 ("wide LUT"): one 16-warp CTA per SM shares a LUT of 256-byte rows in
   // dynamic shared memory, so an entry address is (code byte << 8) | 4·lane: one PRMT.
@@ -138,7 +140,7 @@ struct QCfg {
   // the lane copies of {hi, lo} = the pair's x_a² + x_b² (x = the fp16 key entries) split into two
   // fp16, so one m16n8k16 with B = ones sums a row's squares exactly (the nc norm's Σc²)
   static constexpr bool kSqLut = kWide && kMse;
-  static constexpr int kLutEntries = !kLut ? 0 : kSqLut ? 256 : 1 << (2 * C::kKeyBits);
+  static constexpr int kLutEntries = !kLut ? 0 : kSqLut ? 256 : 1 << Keys::kPairBits;
   static constexpr int kLutRow = kWide ? 256 : 128;
   static constexpr int kLutBytes = kLutEntries * kLutRow;
   static constexpr int kCtaWarps = kWide ? 16 : 8;

@@ -149,7 +149,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
 
   // score → log2-domain logit (LogitConsts)
   float qjl_k = 0.f;
-  if constexpr (Q::kQjl) qjl_k = a.scale_log2 * t.qjl_scale;
+  if constexpr (Q::Keys::kSignTerm) qjl_k = a.scale_log2 * t.qjl_scale;
   const LogitConsts lc{Q::kLut && !t.nc ? a.scale_log2 / t.lut_scale : a.scale_log2, 1e-16f * t.lut_scale * t.lut_scale,
                        qjl_k, 4 * r + (r >> 1)};
   // wide: the LUT's 64 KB-aligned address | 4·lane (the PRMT/LOP3 operand giving the entry address); else the

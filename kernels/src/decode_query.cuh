@@ -60,6 +60,7 @@ __device__ __forceinline__ void query_frags(const T& t, const QRow& q_row, const
                                             typename K::QFrags& qf, typename K::QjlFrags& q2f) {
   using C = typename K::C;
   using Q = typename K::Q;
+  using Keys = typename Q::Keys;
   constexpr int D = K::D, KS = Q::kKSteps, kQSets = K::kQSets;
   constexpr bool kPacked = K::kPacked, kKeyRuns = K::kKeyRuns;
   auto q_head = [&](int g, float (&y)[D / 32]) {
@@ -96,15 +97,15 @@ __device__ __forceinline__ void query_frags(const T& t, const QRow& q_row, const
       __syncwarp();
     };
     float sc = 1.f;
-    if constexpr (Q::kLut) {
+    if constexpr (Keys::kLut) {
       block_fwht<Q::kTB>(y, lane);
       sc = t.rot_scale;
     }
     float v[D / 32];
 #pragma unroll
-    for (int k = 0; k < D / 32; ++k) v[k] = (Q::kTurbo && (t.s2[k & 3] >> lane) & 1u ? -y[k] : y[k]) * sc;
+    for (int k = 0; k < D / 32; ++k) v[k] = (Keys::kBlocks && (t.s2[k & 3] >> lane) & 1u ? -y[k] : y[k]) * sc;
     frags(qf, v);
-    if constexpr (Q::kQjl) {  // q″ = qs2 · H(qs1 · q′) / √128 per block (q′ = s2 · y · sc)
+    if constexpr (Keys::kSignTerm) {  // q″ = qs2 · H(qs1 · q′) / √128 per block (q′ = s2 · y · sc)
       float y2[D / 32];
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
@@ -118,7 +119,7 @@ __device__ __forceinline__ void query_frags(const T& t, const QRow& q_row, const
       frags(q2f, v);
     }
   };
-  auto s1_sign = [&](int k, float v) { return Q::kTurbo && (t.s1[k & 3] >> lane) & 1u ? -v : v; };
+  auto s1_sign = [&](int k, float v) { return Keys::kBlocks && (t.s1[k & 3] >> lane) & 1u ? -v : v; };
   if constexpr (kPacked) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {

@@ -46,7 +46,7 @@ __device__ __forceinline__ RowMap row_map(int hl, int hpc) {
     m.mst = 6;
   } else if constexpr (QCfg<C>::kTurbo) {  // slot: key block {norm, qs[64]}, value block {norm, qs[64]}
     // (turbo4-qjl: {norm, rnorm, qs[48], signs[16]}, the codes 4 bytes on)
-    constexpr int kHead = QCfg<C>::kQjl ? 4 : 2;
+    constexpr int kHead = QCfg<C>::Keys::kHeadBytes;
     m.norm = hl * SLOT;
     m.key = m.norm + kHead;
     m.scz = m.norm + C::kKeyBytes;  // the value block's norm (no zero)

@@ -98,7 +98,7 @@ __device__ __forceinline__ void accumulate_values(const uint8_t* const (&hb)[2],
               const uint8_t* sg = vb - r + 32 + (r >> 1) + 4 * wl;
               word = turbo_pairs(ld_u8(vb + 8 * wl), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
             }
-            key_frag<C, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
+            key_frag<QCfg<C>, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
           }
         }
       // pair e of the four tokens' halves v[h][u][e] → the A registers of m-tile 2w + e

@@ -86,7 +86,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   const uint8_t* mb = hi_lane ? hb[0] : hb[1];
   float fr = raw_scale, fr8 = raw_scale;
   [[maybe_unused]] float frb = raw_scale, frb8 = raw_scale;  // turbo block 1's key norms (d = 256)
-  if constexpr (Q::kLut) {
+  if constexpr (Q::Keys::kLut) {
     const uint8_t* n0 = mb + rm.norm + tr * rm.mst;
     fr *= ld_f16(n0);
     fr8 *= ld_f16(n0 + d8 * rm.mst);
@@ -97,7 +97,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
     if (Q::kSqLut && t.nc) {  // tokens r, r + 8 of this lane's half: its own sums
       fr *= dev::rsqrt_fast((hi_lane ? qa[0][0] : qa[1][0]) + nc_eps);
       fr8 *= dev::rsqrt_fast((hi_lane ? qa[0][2] : qa[1][2]) + nc_eps);
-    } else if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
+    } else if (Q::Keys::kNormSums && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
       const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
       const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], diag_src);
       const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], diag_src);
@@ -129,7 +129,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
     x4[2] = v1 ? x4[2] * fr8 : -INFINITY;
     x4[3] = v1 ? x4[3] * fr8 : -INFINITY;
   }
-  if constexpr (Q::kQjl) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b (norm, rnorm: bytes 0, 2 of block b)
+  if constexpr (Q::Keys::kSignTerm) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b (norm, rnorm: bytes 0, 2 of block b)
     const uint8_t* n0 = mb + rm.norm + tr * rm.mst;
 #pragma unroll
     for (int tb = 0; tb < Q::kTB; ++tb) {
@@ -244,7 +244,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
     for (int i = 0; i < 4; ++i) sc4[i] = sa[0][h][0][i] + sa[0][h][kQSets - 1][i];
     float fr = raw_scale, fr8 = raw_scale;
     [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
-    if constexpr (Q::kLut) {
+    if constexpr (Q::Keys::kLut) {
       fr *= ld_f16(n0);
       fr8 *= ld_f16(n0 + d8 * rm.mst);
       if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256)
@@ -257,7 +257,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
       if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
         fr *= dev::rsqrt_fast(qa[h][0] + nc_eps);
         fr8 *= dev::rsqrt_fast(qa[h][2] + nc_eps);
-      } else if (Q::kMse && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+      } else if (Q::Keys::kNormSums && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
         const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
         const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
         fr *= dev::rsqrt_fast(sq0 + nc_eps);
@@ -269,7 +269,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
     x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
     x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
     x[h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
-    if constexpr (Q::kQjl) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b
+    if constexpr (Q::Keys::kSignTerm) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b
 #pragma unroll
       for (int tb = 0; tb < Q::kTB; ++tb) {
         const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
