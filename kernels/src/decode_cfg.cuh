@@ -88,6 +88,9 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
 
 namespace {
 
+template <ValueKind Kind, int Bits>
+struct ValueCodec;  // decode_value_codecs.cuh
+
 constexpr int kSub = 32;       // tokens per warp sub-tile
 constexpr int kMaxStages = 4;
 
@@ -113,7 +116,8 @@ struct QCfg {
   // 1-bit QJL signs} per block; the score adds norm·κ·rnorm·(R q′)·(±1) — a second MMA
   // chain over the signs with the query rotated once more — and the values a second
   // accumulator over the signs, rotated back by R⁻¹ at the write-out (see the kernel).
-  using Keys = KeyCodec<C::kKey, C::kKeyBits>;  // decode_key_codecs.cuh
+  using Keys = KeyCodec<C::kKey, C::kKeyBits>;          // decode_key_codecs.cuh
+  using Values = ValueCodec<C::kValue, C::kValueBits>;  // decode_value_codecs.cuh
   static constexpr bool kQjl = Keys::kSignTerm;
   static constexpr bool kTurbo = Keys::kBlocks;
   static constexpr int kTB = kTurbo ? C::kTurboBlocks : 1;  // turbo blocks per head (1 otherwise)

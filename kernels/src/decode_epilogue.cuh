@@ -27,6 +27,7 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
                                             int v_s, int warps_per_head, int ws, int kvh, int g0) {
   using C = typename K::C;
   using Q = typename K::Q;
+  using Values = typename Q::Values;
   constexpr int D = K::D, kAccTiles = K::kAccTiles;
   constexpr bool kPacked = K::kPacked, kValuePairs = K::kValuePairs, kValueWords = K::kValueWords;
   const bool hi_lane = p < 2;  // packed: this lane's columns are the hi parts
@@ -35,7 +36,7 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
     for (int i = 0; i < D / 16; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[i][j] += __shfl_xor_sync(dev::kFull, acc[i][j], 2);
-    if constexpr (Q::kQjl) {
+    if constexpr (Values::kSignTerm) {
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
 #pragma unroll
@@ -53,7 +54,7 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
     if constexpr (kPacked) v += __shfl_xor_sync(dev::kFull, v, 2);
     return dev::sum_over_token_lanes(v);
   };
-  if constexpr (Q::kTurbo) {
+  if constexpr (Values::kBlocks) {
     // (no value zero: the Σ p·zero terms, read from the value qs, are dead here)
     // acc: Σ p·norm·α·c in the rotated domain (row dims: out_dim). One query head at a
     // time through this warp's q buffer: x̂ = s1 · H(s2 · acc) · rot_scale / (α · Σp) per
@@ -84,7 +85,7 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
       };
       float y[D / 32];
       gather(acc, t.s2, y);
-      if constexpr (Q::kQjl) {  // + α · R⁻¹(acc2 / Σp), R⁻¹ = qs1 · H(qs2 ·) / √128 per block (s2: as y)
+      if constexpr (Values::kSignTerm) {  // + α · R⁻¹(acc2 / Σp), R⁻¹ = qs1 · H(qs2 ·) / √128 per block (s2: as y)
         float y2[D / 32];
         gather(acc2, t.qs2, y2);
         block_fwht<Q::kTB>(y2, lane);
@@ -119,10 +120,10 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
       const int qh_idx = dev::query_head<K::kSliced>(a, kvh, g0 + g);
       const float inv = Softmax32::inv_sum(l);
       // m-tile i: 4-bit values, acc rows r hold Σ c·P'·2^-24, rows r+8 Σ c·P'·2^-20; 3-bit values,
-      // rows r / r+8 Σ c·P'·2^(k − 24) for codes 2i / 2i+1 (value_code_bit): exact scalings.
+      // rows r / r+8 Σ c·P'·2^(k − 24) for codes 2i / 2i+1 (value_code_bit): exact scalings
+      // (Values::code_scale).
       auto val = [&](float v, int i, bool row8) {
-        if constexpr (C::kValueBits == 4) return (v * (row8 ? 1048576.f : 16777216.f) + z) * inv;
-        return (v * float(1 << (24 - value_code_bit<Q::kVChunk>(2 * i + row8))) + z) * inv;
+        return (v * Values::template code_scale<Q::kVChunk>(i, row8) + z) * inv;
       };
       // output dim of acc row r of m-tile i (row r + 8: the next): kValueWords, 4 · the unit of slot w = i >> 1
       // (2r + v_s + 16·(w >> 1) + (w & 1), mod D/4) + 2·(i & 1); else QCfg::out_dim

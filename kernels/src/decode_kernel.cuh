@@ -246,7 +246,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       // somewhere in the warp: rare after the first tiles).
       if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
         rescale_acc(acc, alpha);
-        if constexpr (Q::kQjl) rescale_acc(acc2, alpha);
+        if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, alpha);
       }
       accumulate_values<K>(hb, rm, tv, r, vs, vw, v_off, lut_lane, slut_lane, pb, pq, pbv, acc, acc2);
     };

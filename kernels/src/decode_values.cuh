@@ -1,271 +1,43 @@
 // The value side of the quantized decode (decode_kernel.cuh): O^T += V^T · P'^T per sub-tile, the
-// value codes turned into MMA A fragments in place.
-//
-// 4-bit codes: A is the code nibble masked in place, the fp16 subnormal c·2^-24 (row r) or
-// c·2^-20 (row r+8): exact, no bias, so the tensor cores accumulate straight into acc; the
-// scalings are undone at the write-out. Lane row r reads the u16 words at bytes 2r + 16w of each
-// token's codes (bank-conflict free, QCfg::kVRowBytes), or aligned words (KernelTraits::
-// kValueWords), or one word per token and k-slot pair (KernelTraits::kValuePairs). 3-bit codes
-// (lane row r: its chunk of 3·d/64 bytes): the code masked in place in a two-byte window of the
-// chunk, c·2^(k−24) with k its bit in the window's first byte (value_code_bit). Turbo values go
-// through the key LUT as pairs of centroids. B = P' = p·scale: packed (G ≤ 4) hi in columns 0–3,
-// lo in 4–7; G > 4 fp16(P') alone where KernelTraits::kHiOnlyP. Σ p·zero runs on the CUDA cores
-// (decode_kernel.cuh).
+// value codes turned into MMA A fragments in place by the format's ValueCodec
+// (decode_value_codecs.cuh).
 #pragma once
 
 #include <cstdint>
 
 #include "decode_cfg.cuh"
-#include "decode_keys.cuh"
 #include "decode_ring.cuh"
-#include "tq/cuda/device.h"
+#include "decode_value_codecs.cuh"
 
 namespace tq::cuda {
 
 namespace {
 
-// 3-bit value codes (mse formats): the bit at which code j of a lane's NB-byte chunk sits in
-// the A register (the fp16 subnormal c·2^(k − 24)): its bit offset in byte 3j / 8 for even
-// chunks (masked in place), 0 for d = 64's 3-byte chunks (shifted down).
-template <int NB>
-__host__ __device__ constexpr int value_code_bit(int j) {
-  return NB % 2 == 0 ? (3 * j) & 7 : 0;
-}
-
-
 // acc (and turbo4-qjl's acc2) += the sub-tile's values times its P' fragments (pb, pq; kValuePairs:
-// pbv). hb: the halves' bases; tv: the token of k-slot 2p; vs, vw: the warp's codes start 2 bytes
-// into a word, and lane row 7 then wraps (kValueWords, kValuePairs); v_off: kValuePairs' word offsets.
+// pbv), through the format's ValueCodec. hb: the halves' bases; tv: the token of k-slot 2p; vs, vw: the
+// warp's codes start 2 bytes into a word, and lane row 7 then wraps (kValueWords, kValuePairs); v_off:
+// kValuePairs' word offsets.
 template <class K>
 __device__ __forceinline__ void accumulate_values(const uint8_t* const (&hb)[2], const RowMap& rm, int tv, int r, int vs,
                                                   bool vw, const int (&v_off)[2], uint32_t lut_lane, uint32_t slut_lane,
                                                   const typename K::PFrags& pb, const typename K::QjlPFrags& pq,
                                                   const typename K::PairPFrags& pbv, typename K::Acc& acc,
                                                   typename K::QjlAcc& acc2) {
-  using C = typename K::C;
   using Q = typename K::Q;
-  constexpr int D = K::D, kQSets = K::kQSets, kPSets = K::kPSets, kAccTiles = K::kAccTiles;
+  using Values = typename Q::Values;
+  static_assert(!Values::kBlocks || (Q::Keys::kBlocks && Values::kSignTerm == Q::Keys::kSignTerm),
+                "turbo values go through the key LUT of the same block codec");
   constexpr int d8 = K::kRow8Delta, dv1 = K::kSlot1Delta;
-  constexpr bool kValuePairs = K::kValuePairs, kValueWords = K::kValueWords;
-  // pf: the P' fragments for the m-tile's dims (pb[turbo block]; turbo4-qjl's sign term: pq[…])
-  auto fold = [&](const uint32_t (&pf)[2][kQSets][2], float (&ac)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4]) {
-#pragma unroll
-    for (int n = 0; n < kPSets; ++n) {
-      dev::mma_16816(ac, a0, pf[0][n][0], pf[0][n][1]);
-      dev::mma_16816(ac, a1, pf[1][n][0], pf[1][n][1]);
-    }
-  };
   // value codes of tokens 2p, 2p+1 (k-slots 2p..) and 2p+8, 2p+9 (k-slots 2p+8..), lane row r
   const uint8_t* vp[2][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    vp[h][0] = hb[h] + rm.code + tv * rm.cst + (kValueWords ? 4 * r + 2 * vs : r * Q::kVRowBytes);
+    vp[h][0] = hb[h] + rm.code + tv * rm.cst + (K::kValueWords ? 4 * r + 2 * vs : r * Q::kVRowBytes);
     vp[h][1] = vp[h][0] + dv1 * rm.cst;
     vp[h][2] = vp[h][0] + d8 * rm.cst;
     vp[h][3] = vp[h][2] + dv1 * rm.cst;
   }
-  if constexpr (Q::kTurbo) {
-    // turbo value blocks: row r takes dims 4r + 32w … +3 (out_dim) as two pair codes
-    // (turbo4: the u16 at byte 2r + 16w of qs; turbo3/turbo2: built by turbo_pairs), pair
-    // e = dims 2j, 2j+1 (j = 2r + 16w + e) → half2(α·c, α·c′) from the key LUT; m-tile
-    // 2w + e takes dim 2j as row r and dim 2j+1 as row r + 8, so two PRMTs turn the
-    // pairs of tokens (2p, 2p+1) into the A registers (two tokens of one dim each).
-#pragma unroll
-    for (int w = 0; w < D / 32; ++w) {
-      uint32_t x[2][4][2];  // [half][token 2p, 2p+1, 2p+8, 2p+9][byte e]
-      [[maybe_unused]] uint32_t z[Q::kQjl ? 2 : 1][4][2];  // turbo4-qjl: the ±1 of the same dims
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const uint8_t* vb = vp[h][u] + (w >> 2) * C::kTurboBlockBytes;  // block w / 4's qs (+ row)
-          const int wl = w & 3;
-          if constexpr (Q::kQjl) {
-            // the 12 index bits of dims 4r + 32wl … +3 start at bit 12r + 96wl of the block's index
-            // stream (vb: no row offset), their sign bits are nibble r & 1 of byte r/2 + 4wl of the
-            // sign plane 48 bytes on
-            const uint8_t* cb = vb + ((3 * r) >> 1) + 12 * wl;
-            const uint32_t bits = (ld_u8(cb) | ld_u8(cb + 1) << 8) >> (4 * (r & 1));
-            x[h][u][0] = dev::lds_u32(lut_lane + ((bits & 63u) << 7));
-            x[h][u][1] = dev::lds_u32(lut_lane + (((bits >> 6) & 63u) << 7));
-            sign_frag<Q::kSignLut>(ld_u8(vb + 48 + (r >> 1) + 4 * wl), 4 * (r & 1), slut_lane, z[h][u][0],
-                                   z[h][u][1]);
-          } else {
-            uint32_t word;
-            if constexpr (C::kValueBits == 4) {
-              word = ld_u16(vb + 16 * wl);
-            } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vb: + r), turbo2: none
-              const uint8_t* sg = vb - r + 32 + (r >> 1) + 4 * wl;
-              word = turbo_pairs(ld_u8(vb + 8 * wl), C::kValueBits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
-            }
-            key_frag<QCfg<C>, false>({word, word}, 0, lut_lane, x[h][u][0], x[h][u][1]);
-          }
-        }
-      // pair e of the four tokens' halves v[h][u][e] → the A registers of m-tile 2w + e
-      auto pair_a = [&](const uint32_t (&v)[2][4][2], int e, uint32_t (&af)[2][4]) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          af[h][0] = __byte_perm(v[h][0][e], v[h][1][e], 0x5410);
-          af[h][1] = __byte_perm(v[h][0][e], v[h][1][e], 0x7632);
-          af[h][2] = __byte_perm(v[h][2][e], v[h][3][e], 0x5410);
-          af[h][3] = __byte_perm(v[h][2][e], v[h][3][e], 0x7632);
-        }
-      };
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        uint32_t af[2][4];
-        pair_a(x, e, af);
-        fold(pb[w / 4], acc[2 * w + e], af[0], af[1]);
-        if constexpr (Q::kQjl) {
-          pair_a(z, e, af);
-          fold(pq[w / 4], acc2[2 * w + e], af[0], af[1]);
-        }
-      }
-    }
-  } else if constexpr (kValuePairs) {
-    // k-step j: the words of k slots p, p + 4 (rows of row set j & 1 in half j >> 1); m-tile i takes
-    // word i >> 1, nibbles 2(i & 1) (row r: c·2^-24) and 2(i & 1) + 1 (row r + 8: c·2^-20), each with
-    // nibble + 4 beside it (e = 1) — masked in place, exact
-    uint32_t x[4][2][2];  // [k-step][slot u][word]
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const uint8_t* vb = hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst;
-        x[j][u][0] = ld_u32(vb);
-        x[j][u][1] = ld_u32(vb + 32);
-      }
-    // the warp's codes 2 bytes into a word: row 7's second words take codes 0, 1 from the word before
-    // the codes (predicated: a warp-uniform branch around it made the body 17 instructions longer)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-        if (vw) {
-          const uint8_t* vb = hb[j >> 1] + v_off[u] + 8 * (j & 1) * rm.cst;
-          x[j][u][1] = __byte_perm(x[j][u][1], ld_u32(vb - 32), 0x7610u);  // codes 62, 63 | 0, 1
-        }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int i = 0; i < kAccTiles; ++i) {
-        auto nib = [&](uint32_t w, int row8) {
-          return ((i & 1) ? w >> 8 : w) & (row8 ? 0x00f000f0u : 0x000f000fu);
-        };
-        const uint32_t af[4] = {nib(x[j][0][i >> 1], 0), nib(x[j][0][i >> 1], 1), nib(x[j][1][i >> 1], 0),
-                                nib(x[j][1][i >> 1], 1)};
-        dev::mma_16816(acc[i], af, pbv[j][0], pbv[j][1]);
-      }
-  } else if constexpr (C::kValueBits == 4) {
-    // Unit slot w: 4 dims of each token → m-tiles 2w, 2w+1. wab / wcd: the slot's 16 bits of the
-    // tokens of k-slots 2p, 2p+1 / 2p+8, 2p+9 (low / high half), one PRMT each. u16 words: lane row
-    // r reads byte 2r + 16w of each token's codes (WS = 16 bytes between a row's words; rows
-    // QCfg::kVRowBytes = 2 apart). Aligned words (kValueWords): lane row r reads words r + 8k + v_s
-    // (k < NV2), slot w is half w & 1 of word w >> 1; where v_s = 1 (codes 2 bytes past a word)
-    // the last slot of row 7 is unit 0, the high half of the word 32 bytes back, read by that row
-    // alone.
-    constexpr int NV2 = kValueWords ? Q::kVChunk / 4 : 1;
-    [[maybe_unused]] constexpr int WS = 16;
-    [[maybe_unused]] uint32_t xw[2][4][NV2];
-    if constexpr (kValueWords) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-          for (int k = 0; k < NV2; ++k) xw[h][u][k] = ld_u32(vp[h][u] + 32 * k);
-    }
-#pragma unroll
-    for (int w = 0; w < Q::kVChunk / 2; ++w) {
-      uint32_t wab[2], wcd[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if constexpr (kValueWords) {
-          const uint32_t sel = w & 1 ? 0x7632u : 0x5410u;
-          wab[h] = __byte_perm(xw[h][0][w >> 1], xw[h][1][w >> 1], sel);
-          wcd[h] = __byte_perm(xw[h][2][w >> 1], xw[h][3][w >> 1], sel);
-          if (w == 2 * NV2 - 1 && vw) {
-            wab[h] = __byte_perm(ld_u32(vp[h][0] - 32), ld_u32(vp[h][1] - 32), sel);
-            wcd[h] = __byte_perm(ld_u32(vp[h][2] - 32), ld_u32(vp[h][3] - 32), sel);
-          }
-        } else {
-          wab[h] = __byte_perm(ld_u16(vp[h][0] + WS * w), ld_u16(vp[h][1] + WS * w), 0x5410);
-          wcd[h] = __byte_perm(ld_u16(vp[h][2] + WS * w), ld_u16(vp[h][3] + WS * w), 0x5410);
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        // nibble 2m (row r) and 2m+1 (row r+8) of both tokens, masked in place:
-        // fp16 subnormals c·2^-24 (row r) and c·2^-20 (row r+8), exact.
-        uint32_t af[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t xab = m ? wab[h] >> 8 : wab[h], xcd = m ? wcd[h] >> 8 : wcd[h];
-          af[h][0] = xab & 0x000f000fu;
-          af[h][1] = xab & 0x00f000f0u;
-          af[h][2] = xcd & 0x000f000fu;
-          af[h][3] = xcd & 0x00f000f0u;
-        }
-        fold(pb[0], acc[2 * w + m], af[0], af[1]);
-      }
-    }
-  } else {
-    // 3-bit codes: lane row r's chunk of NB = 3·d/64 bytes (code j of the chunk at bit 3j),
-    // A = the code masked in place, the fp16 subnormal c·2^(k − 24), k = value_code_bit(j)
-    // (exact; undone at the write-out). m-tile i: row r code 2i, row r + 8 code 2i + 1.
-    constexpr int NB = Q::kVChunk;
-    // code(h, t, j): the A register of code j for half h's token pair t (tokens 2p, 2p+1 or
-    // 2p+8, 2p+9 in its low / high half)
-    auto fold_codes = [&](auto&& code) {
-#pragma unroll
-      for (int i = 0; i < D / 16; ++i) {
-        const uint32_t a0[4] = {code(0, 0, 2 * i), code(0, 0, 2 * i + 1), code(0, 1, 2 * i), code(0, 1, 2 * i + 1)};
-        const uint32_t a1[4] = {code(1, 0, 2 * i), code(1, 0, 2 * i + 1), code(1, 1, 2 * i), code(1, 1, 2 * i + 1)};
-        fold(pb[0], acc[i], a0, a1);
-      }
-    };
-    if constexpr (NB % 2 == 0) {
-      // d ≥ 128 (even chunks at even offsets): e[h][t][m] = bytes 2m, 2m+1 of token pair t's
-      // two tokens (low half: tokens 2p / 2p+8, high half: 2p+1 / 2p+9). Code j lies in the
-      // byte window b = 3j / 8 (bytes b, b+1) at bit k = 3j % 8 ≤ 7 of each half: window 2m is
-      // e[m], window 2m+1 one PRMT of e[m] and e[m+1], the last (codes in byte NB − 1 alone)
-      // e[m] >> 8. Per token pair 16 LOP3 and ≤ 6 PRMT/SHF for 32 codes, from NB/2 u16 loads
-      // per token.
-      static_assert(Q::kSlot % 2 == 0 && C::kKeyBytes % 2 == 0, "u16 loads of the value chunks");
-      uint32_t e[2][2][NB / 2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int t = 0; t < 2; ++t)
-#pragma unroll
-          for (int m = 0; m < NB / 2; ++m)
-            e[h][t][m] = __byte_perm(ld_u16(vp[h][2 * t] + 2 * m), ld_u16(vp[h][2 * t + 1] + 2 * m), 0x5410);
-      fold_codes([&](int h, int t, int j) {
-        const int b = (3 * j) >> 3, m = b >> 1;
-        const uint32_t w = !(b & 1) ? e[h][t][m] : b + 1 == NB ? e[h][t][m] >> 8 : __byte_perm(e[h][t][m], e[h][t][m + 1], 0x6341);
-        return w & (0x00070007u << value_code_bit<NB>(j));
-      });
-    } else {
-      // d = 64: 3-byte chunks at any byte offset; each code shifted down to bit 0 (k = 0)
-      constexpr int NH = NB / 2 + 2;  // u16 words covering NB bytes from the even base
-      unsigned __int128 xs[2][4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int odd = int(reinterpret_cast<uintptr_t>(vp[h][u]) & 1);
-          const uint8_t* q = vp[h][u] - odd;
-          unsigned __int128 v = 0;
-#pragma unroll
-          for (int i = 0; i < NH; ++i) v |= (unsigned __int128)ld_u16(q + 2 * i) << (16 * i);
-          xs[h][u] = v >> (8 * odd);
-        }
-      fold_codes([&](int h, int t, int j) {
-        const uint32_t lo = uint32_t(xs[h][2 * t] >> (3 * j)) & 7u, hi = uint32_t(xs[h][2 * t + 1] >> (3 * j)) & 7u;
-        return lo | (hi << 16);
-      });
-    }
-  }
+  Values::accumulate(ValueTile<K>{hb, rm, vp, r, vw, v_off, lut_lane, slut_lane, pb, pq, pbv, acc, acc2});
 }
 
 }  // namespace

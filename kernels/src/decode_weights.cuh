@@ -12,6 +12,7 @@
 #include "decode_keys.cuh"
 #include "decode_ring.cuh"
 #include "decode_softmax.cuh"
+#include "decode_value_codecs.cuh"
 #include "tq/cuda/device.h"
 
 namespace tq::cuda {
@@ -42,7 +43,7 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
     const float pw[4] = {xs[0] * sb0, xs[1] * sb0, xs[2] * sb1, xs[3] * sb1};
     frags(pb[1], pw);
   }
-  if constexpr (Q::kQjl) {
+  if constexpr (Q::Values::kSignTerm) {
 #pragma unroll
     for (int tb = 0; tb < Q::kTB; ++tb) {
       const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
