@@ -55,6 +55,38 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
   }
 }
 
+// What packed_weights and column_weights share, made at the top of each: the logit constants and the
+// helpers over Σ p·zero and the P' fragments. (Each keeps its own lambda for the valid rows: as a
+// member of this struct it moved ptxas's schedules.)
+template <class K, class T>
+struct WeightsStage {
+  float raw_scale, nc_eps, qjl_k;  // LogitConsts
+  int diag_src;
+  const T& t;
+  const RowMap& rm;
+  float (&zs)[2];
+  float (&alpha)[2];
+  typename K::PFrags& pb;
+  typename K::QjlPFrags& pq;
+
+  __device__ __forceinline__ WeightsStage(const T& t_, const LogitConsts& lc, const RowMap& rm_,
+                                          float (&zs_)[2], float (&alpha_)[2], typename K::PFrags& pb_,
+                                          typename K::QjlPFrags& pq_)
+      : raw_scale(lc.raw_scale), nc_eps(lc.nc_eps), qjl_k(lc.qjl_k), diag_src(lc.diag_src), t(t_), rm(rm_),
+        zs(zs_), alpha(alpha_), pb(pb_), pq(pq_) {}
+  // after a full softmax update: Σ p·zero by α
+  __device__ __forceinline__ void rescale_sums() const {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) zs[c] *= alpha[c];
+  }
+  // the P' fragments beyond pb[0] (turbo_p_frags)
+  template <class Frags>
+  __device__ __forceinline__ void turbo_frags(const float (&xs)[4], const uint8_t* f0, bool v0, bool v1,
+                                              Frags&& frags) const {
+    turbo_p_frags<K>(t, rm, xs, f0, v0, v1, frags, pb, pq);
+  }
+};
+
 // Packed kernels (G ≤ 4). Returns whether the running maxima stayed (α = 1).
 template <class K, bool kFullTile, class T>
 __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
@@ -64,29 +96,20 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   using C = typename K::C;
   using Q = typename K::Q;
   constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta;
-  [[maybe_unused]] constexpr bool kHiOnlyP = K::kHiOnlyP, kValuePairs = K::kValuePairs;
-  const float raw_scale = lc.raw_scale, nc_eps = lc.nc_eps;
-  [[maybe_unused]] const float qjl_k = lc.qjl_k;
-  [[maybe_unused]] const int diag_src = lc.diag_src;
-  [[maybe_unused]] const bool hi_lane = p < 2;  // packed: this lane's columns are the hi parts
-  bool fast;  // no logit above the running maxima: α = 1, no rescale
-  auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero by α
-#pragma unroll
-    for (int c = 0; c < 2; ++c) zs[c] *= alpha[c];
-  };
+  constexpr bool kValuePairs = K::kValuePairs;
+  const WeightsStage<K, T> st(t, lc, rm, zs, alpha, pb, pq);
   // token row (0 … 31 of the sub-tile) in range; always in a full sub-tile
   auto valid = [&](int row) { return kFullTile || row < nvalid; };
-  [[maybe_unused]] auto turbo_frags = [&](const float (&xs)[4], const uint8_t* f0, bool v0, bool v1, auto&& frags) {
-    turbo_p_frags<K>(t, rm, xs, f0, v0, v1, frags, pb, pq);
-  };
+  const bool hi_lane = p < 2;  // this lane's columns are the hi parts
+  bool fast;  // no logit above the running maxima: α = 1, no rescale
   // Lanes p < 2 finish half 0, lanes p ≥ 2 half 1 (same query heads 2(p&1), 2(p&1)+1):
   // each sends the partner the partial scores of the partner's half (hi + lo columns)
   // and the per-token softmax / scale work is done once per token, not twice.
   const int mh = hi_lane ? 0 : 1;
   float x4[4];
   const uint8_t* mb = hi_lane ? hb[0] : hb[1];
-  float fr = raw_scale, fr8 = raw_scale;
-  [[maybe_unused]] float frb = raw_scale, frb8 = raw_scale;  // turbo block 1's key norms (d = 256)
+  float fr = st.raw_scale, fr8 = st.raw_scale;
+  [[maybe_unused]] float frb = st.raw_scale, frb8 = st.raw_scale;  // turbo block 1's key norms (d = 256)
   if constexpr (Q::Keys::kLut) {
     const uint8_t* n0 = mb + rm.norm + tr * rm.mst;
     fr *= ld_f16(n0);
@@ -96,15 +119,15 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
       frb8 *= ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
     }
     if (Q::kSqLut && t.nc) {  // tokens r, r + 8 of this lane's half: its own sums
-      fr *= dev::rsqrt_fast((hi_lane ? qa[0][0] : qa[1][0]) + nc_eps);
-      fr8 *= dev::rsqrt_fast((hi_lane ? qa[0][2] : qa[1][2]) + nc_eps);
+      fr *= dev::rsqrt_fast((hi_lane ? qa[0][0] : qa[1][0]) + st.nc_eps);
+      fr8 *= dev::rsqrt_fast((hi_lane ? qa[0][2] : qa[1][2]) + st.nc_eps);
     } else if (Q::Keys::kNormSums && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
-      const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], diag_src);
-      const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], diag_src);
-      const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], diag_src);
-      const float q9 = __shfl_sync(dev::kFull, (r & 1) ? qb[1][3] : qb[1][2], diag_src);
-      fr *= dev::rsqrt_fast((hi_lane ? q0 : q1) + nc_eps);
-      fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + nc_eps);
+      const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], st.diag_src);
+      const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], st.diag_src);
+      const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], st.diag_src);
+      const float q9 = __shfl_sync(dev::kFull, (r & 1) ? qb[1][3] : qb[1][2], st.diag_src);
+      fr *= dev::rsqrt_fast((hi_lane ? q0 : q1) + st.nc_eps);
+      fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + st.nc_eps);
     }
   }
   const bool v0 = valid(16 * mh + tr), v1 = valid(16 * mh + tr + d8);
@@ -135,8 +158,8 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 #pragma unroll
     for (int tb = 0; tb < Q::kTB; ++tb) {
       const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
-      const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
-      const float k8 = qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
+      const float k0 = st.qjl_k * ld_f16(nb) * ld_f16(nb + 2);
+      const float k8 = st.qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
       float e4[4];
       mine_half(sq[tb], e4);
 #pragma unroll
@@ -151,7 +174,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   fast = sm.template try_keep_half<!kValuePairs, K::kCausal>(x4);
   if (!fast) {
     sm.template update_half<!kValuePairs, K::kCausal>(x4, alpha);
-    rescale_sums();
+    st.rescale_sums();
   }
   const uint8_t* f0 = mb + rm.scz + tr * rm.mst;
   const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
@@ -207,7 +230,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   };
   if constexpr (!kValuePairs) {
     p_frags(pb[0], pv);
-    turbo_frags(x4, f0, v0, v1, p_frags);
+    st.turbo_frags(x4, f0, v0, v1, p_frags);
   }
   return fast;
 }
@@ -222,47 +245,37 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
   using C = typename K::C;
   using Q = typename K::Q;
   constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta;
-  [[maybe_unused]] constexpr bool kHiOnlyP = K::kHiOnlyP, kValuePairs = K::kValuePairs;
-  const float raw_scale = lc.raw_scale, nc_eps = lc.nc_eps;
-  [[maybe_unused]] const float qjl_k = lc.qjl_k;
-  [[maybe_unused]] const int diag_src = lc.diag_src;
-  [[maybe_unused]] const bool hi_lane = p < 2;  // packed: this lane's columns are the hi parts
-  bool fast;  // no logit above the running maxima: α = 1, no rescale
-  auto rescale_sums = [&] {  // after a full softmax update: Σ p·zero by α
-#pragma unroll
-    for (int c = 0; c < 2; ++c) zs[c] *= alpha[c];
-  };
+  constexpr bool kHiOnlyP = K::kHiOnlyP;
+  const WeightsStage<K, T> st(t, lc, rm, zs, alpha, pb, pq);
   // token row (0 … 31 of the sub-tile) in range; always in a full sub-tile
   auto valid = [&](int row) { return kFullTile || row < nvalid; };
-  [[maybe_unused]] auto turbo_frags = [&](const float (&xs)[4], const uint8_t* f0, bool v0, bool v1, auto&& frags) {
-    turbo_p_frags<K>(t, rm, xs, f0, v0, v1, frags, pb, pq);
-  };
+  bool fast;  // no logit above the running maxima: α = 1, no rescale
   float x[2][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sc4[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc4[i] = sa[0][h][0][i] + sa[0][h][kQSets - 1][i];
-    float fr = raw_scale, fr8 = raw_scale;
+    float fr = st.raw_scale, fr8 = st.raw_scale;
     [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
     if constexpr (Q::Keys::kLut) {
       fr *= ld_f16(n0);
       fr8 *= ld_f16(n0 + d8 * rm.mst);
       if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256)
-        const float frb = raw_scale * ld_f16(n0 + C::kTurboBlockBytes);
-        const float frb8 = raw_scale * ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
+        const float frb = st.raw_scale * ld_f16(n0 + C::kTurboBlockBytes);
+        const float frb8 = st.raw_scale * ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
         fr = fr8 = 1.f;
       }
       if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
-        fr *= dev::rsqrt_fast(qa[h][0] + nc_eps);
-        fr8 *= dev::rsqrt_fast(qa[h][2] + nc_eps);
+        fr *= dev::rsqrt_fast(qa[h][0] + st.nc_eps);
+        fr8 *= dev::rsqrt_fast(qa[h][2] + st.nc_eps);
       } else if (Q::Keys::kNormSums && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
-        const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], diag_src);
-        const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], diag_src);
-        fr *= dev::rsqrt_fast(sq0 + nc_eps);
-        fr8 *= dev::rsqrt_fast(sq1 + nc_eps);
+        const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], st.diag_src);
+        const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], st.diag_src);
+        fr *= dev::rsqrt_fast(sq0 + st.nc_eps);
+        fr8 *= dev::rsqrt_fast(sq1 + st.nc_eps);
       }
     }
     const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
@@ -274,8 +287,8 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
 #pragma unroll
       for (int tb = 0; tb < Q::kTB; ++tb) {
         const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
-        const float k0 = qjl_k * ld_f16(nb) * ld_f16(nb + 2);
-        const float k8 = qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
+        const float k0 = st.qjl_k * ld_f16(nb) * ld_f16(nb + 2);
+        const float k8 = st.qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           x[h][i] = (i < 2 ? v0 : v1) ? fmaf(sq[tb][h][0][i] + sq[tb][h][kQSets - 1][i], i < 2 ? k0 : k8, x[h][i])
@@ -293,7 +306,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
   fast = sm.template try_keep<!kHiOnlyP, K::kCausal>(x);
   if (!fast) {
     sm.template update<!kHiOnlyP, K::kCausal>(x, alpha);
-    rescale_sums();
+    st.rescale_sums();
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -346,7 +359,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
         dst[h][kQSets - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf[2], pw[3] - pf[3]));
       };
       p_frags(pb[0], pv);
-      turbo_frags(x[h], f0, v0, v1, p_frags);
+      st.turbo_frags(x[h], f0, v0, v1, p_frags);
     }
   }
   return fast;
