@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Shared-memory wavefronts of the decode's 4-bit value loads: u16 words against aligned 4-byte words.
 
-The quantized decode (kernels/src/decode_values.cuh) reads the value codes of 4 tokens per warp load
+The quantized decode (kernels/src/decode_value_codecs.cuh) reads the value codes of 4 tokens per warp load
 (lane (r, p): token of k-slot 2p, then 2p + 1, 2p + 8, 2p + 9; row r of the 8 lane rows). Two ways:
 
   u16   lane row r reads the u16 at byte 2r + 16w (w < D/32) of the token's codes: 4·D/32 loads per token;

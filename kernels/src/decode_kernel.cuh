@@ -19,6 +19,8 @@
 // A sub-tile with all 32 tokens valid runs a copy of the body without masks. Launch bounds: 16
 // warps × 128 registers (wide LUT), else 8 warps, 2 CTAs per SM (d = 256: 1).
 //
+// What depends on the key and value codecs is in their KeyCodec and ValueCodec (decode_key_codecs.cuh,
+// decode_value_codecs.cuh; QCfg::Keys, QCfg::Values), which the stages call.
 // Every compile-time choice of an instantiation is in its KernelTraits (decode_cfg.cuh). This
 // header holds the kernel and the choice of its instantiation (pick_kernel); it is included only
 // by the per-format translation units decode_<format>.cu (generated from TQ_GPU_CODECS by

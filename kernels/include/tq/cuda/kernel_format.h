@@ -77,8 +77,9 @@ struct KernelFormat {
 // such row that instantiates it: kernels/CMakeLists.txt, python/setup.py — they parse the rows
 // below, one per line, as written). FORMAT is a format name that selects the row (a preset, a turbo
 // block format or a research spec). kernel_format, decode_support, their messages and the GPU
-// tests' format loops all read this table. A new GPU codec pair: one row and its FormatCfg paths in
-// the kernels.
+// tests' format loops all read this table. A new GPU codec pair: one row, its paths in the store and
+// dequant kernels, and (DECODE = 1) the decode's KeyCodec / ValueCodec specializations of its kinds
+// and bits (kernels/src/decode_key_codecs.cuh, decode_value_codecs.cuh).
 #define TQ_GPU_CODECS(X)                              \
   X(mse, 4, uniform, 4, 1, "turboquant_4bit_nc")      \
   X(mse, 3, uniform, 4, 1, "turboquant_k3v4_nc")      \
