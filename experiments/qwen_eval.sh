@@ -34,6 +34,9 @@
 #                 with int8 weight products (--matmul int8): two 8192 x 151936 logit
 #                 matrices (10 GB) beside the weights need about 14 GB so, 18 GB with
 #                 float32 weights (that run was killed for memory on the 24 GB box)
+#   long8k-int8   long16k's controls, with --matmul int8: n_ctx 8192 as in long for
+#                 q8_0 and 4bit_nc (the int8 products), and 4bit_nc over two 8192-token
+#                 chunks (the second scores positions 12288-16382: the later text)
 #   passkey       passkey retrieval at 1K and 4K tokens, depths 0, 0.5, 1, for
 #                 f16, q8_0, turbo4, 4bit_nc, k3v4_nc (same fp16 layers)
 #   passkey-grid  passkey retrieval at 2K and 8K tokens, depths 0, 0.25, 0.5,
@@ -131,6 +134,12 @@ step_long16k() {
   run long-16384 build/tq-eval --model "$M15" --text "$LONG" --ctx 16384 --chunks 1 \
     --skip-layers first2,last2 --matmul int8 --format $FORMATS_LONG
 }
+step_long8k_int8() {
+  run long-8192-int8 build/tq-eval --model "$M15" --text "$LONG" --ctx 8192 --chunks 1 \
+    --skip-layers first2,last2 --matmul int8 --format q8_0 turboquant_4bit_nc
+  run long-8192x2-int8 build/tq-eval --model "$M15" --text "$LONG" --ctx 8192 --chunks 2 \
+    --skip-layers first2,last2 --matmul int8 --format turboquant_4bit_nc
+}
 step_passkey() {
   # shellcheck disable=SC2086
   run passkey build/tq-eval --task passkey --model "$M15" --text "$LONG" --lengths 1024,4096 \
@@ -145,7 +154,7 @@ step_passkey_grid() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512-f16-int8 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long long16k ppl512-kivi ppl512-ck)
+[ ${#steps[@]} -eq 0 ] && steps=(ppl512-f16 ppl512-f16-int8 ppl512 ppl512-skip ppl512-all ppl512-skip-all ppl512-0.5b dump ablate passkey passkey-grid long long16k long8k-int8 ppl512-kivi ppl512-ck)
 for s in "${steps[@]}"; do
   case "$s" in
     ppl512-f16) step_ppl512_f16 ;;
@@ -161,6 +170,7 @@ for s in "${steps[@]}"; do
     ablate) step_ablate ;;
     long) step_long ;;
     long16k) step_long16k ;;
+    long8k-int8) step_long8k_int8 ;;
     passkey) step_passkey ;;
     passkey-grid) step_passkey_grid ;;
     *) echo "qwen_eval.sh: unknown step '$s'" >&2; exit 2 ;;
