@@ -175,48 +175,25 @@ void unpack_q6_k(const uint8_t* src, int64_t nb, Codes k) {
   }
 }
 
-const GgmlTypeInfo kF32{"f32", 1, 4}, kF16{"f16", 1, 2}, kBF16{"bf16", 1, 2}, kQ4_0{"q4_0", QK, 18},
-    kQ4_1{"q4_1", QK, 20}, kQ5_0{"q5_0", QK, 22}, kQ5_1{"q5_1", QK, 24}, kQ8_0{"q8_0", QK, 34},
-    kQ4_K{"q4_k", QK_K, 144}, kQ5_K{"q5_k", QK_K, 176}, kQ6_K{"q6_k", QK_K, 210};
-
-}  // namespace
-
-const GgmlTypeInfo* ggml_type_info(uint32_t type) {
-  switch (GgmlType(type)) {
-    case GgmlType::F32: return &kF32;
-    case GgmlType::F16: return &kF16;
-    case GgmlType::BF16: return &kBF16;
-    case GgmlType::Q4_0: return &kQ4_0;
-    case GgmlType::Q4_1: return &kQ4_1;
-    case GgmlType::Q5_0: return &kQ5_0;
-    case GgmlType::Q5_1: return &kQ5_1;
-    case GgmlType::Q8_0: return &kQ8_0;
-    case GgmlType::Q4_K: return &kQ4_K;
-    case GgmlType::Q5_K: return &kQ5_K;
-    case GgmlType::Q6_K: return &kQ6_K;
-  }
-  return nullptr;
-}
-
-std::string ggml_type_name(uint32_t type) {
-  const GgmlTypeInfo* t = ggml_type_info(type);
-  return t ? t->name : fmt::format("type {}", type);
-}
-
-namespace {
-
-// The unpacker and zero point of a quantized type; nullptr for f32/f16/bf16.
-struct Unpacker {
-  void (*fn)(const uint8_t*, int64_t, Codes);
-  int zero;
-  bool has_offset;
+// The type table (ggml's type_traits): name and sizes, and for the quantized
+// types their unpacker, zero point and whether they have an offset.
+struct TypeRow {
+  GgmlTypeInfo info;
+  void (*unpack)(const uint8_t*, int64_t, Codes) = nullptr;  // nullptr: f32, f16, bf16
+  int zero = 0;
+  bool has_offset = false;
 };
 
-const Unpacker* unpacker(uint32_t type) {
-  static const Unpacker q4_0{unpack_q4_0, 8, false}, q4_1{unpack_q4_1, 0, true}, q5_0{unpack_q5_0, 16, false},
-      q5_1{unpack_q5_1, 0, true}, q8_0{unpack_q8_0, 128, false}, q4_k{unpack_q4_k, 0, true},
-      q5_k{unpack_q5_k, 0, true}, q6_k{unpack_q6_k, 32, false};
+const TypeRow* type_row(uint32_t type) {
+  static const TypeRow f32{{"f32", 1, 4}}, f16{{"f16", 1, 2}}, bf16{{"bf16", 1, 2}},
+      q4_0{{"q4_0", QK, 18}, unpack_q4_0, 8, false}, q4_1{{"q4_1", QK, 20}, unpack_q4_1, 0, true},
+      q5_0{{"q5_0", QK, 22}, unpack_q5_0, 16, false}, q5_1{{"q5_1", QK, 24}, unpack_q5_1, 0, true},
+      q8_0{{"q8_0", QK, 34}, unpack_q8_0, 128, false}, q4_k{{"q4_k", QK_K, 144}, unpack_q4_k, 0, true},
+      q5_k{{"q5_k", QK_K, 176}, unpack_q5_k, 0, true}, q6_k{{"q6_k", QK_K, 210}, unpack_q6_k, 32, false};
   switch (GgmlType(type)) {
+    case GgmlType::F32: return &f32;
+    case GgmlType::F16: return &f16;
+    case GgmlType::BF16: return &bf16;
     case GgmlType::Q4_0: return &q4_0;
     case GgmlType::Q4_1: return &q4_1;
     case GgmlType::Q5_0: return &q5_0;
@@ -225,9 +202,23 @@ const Unpacker* unpacker(uint32_t type) {
     case GgmlType::Q4_K: return &q4_k;
     case GgmlType::Q5_K: return &q5_k;
     case GgmlType::Q6_K: return &q6_k;
-    default: return nullptr;
   }
+  return nullptr;
 }
+
+}  // namespace
+
+const GgmlTypeInfo* ggml_type_info(uint32_t type) {
+  const TypeRow* r = type_row(type);
+  return r ? &r->info : nullptr;
+}
+
+std::string ggml_type_name(uint32_t type) {
+  const GgmlTypeInfo* t = ggml_type_info(type);
+  return t ? t->name : fmt::format("type {}", type);
+}
+
+namespace {
 
 const GgmlTypeInfo& checked_info(const char* what, uint32_t type, int64_t n) {
   const GgmlTypeInfo* info = ggml_type_info(type);
@@ -239,13 +230,16 @@ const GgmlTypeInfo& checked_info(const char* what, uint32_t type, int64_t n) {
 
 }  // namespace
 
-bool ggml_type_has_codes(uint32_t type) { return unpacker(type) != nullptr; }
+bool ggml_type_has_codes(uint32_t type) {
+  const TypeRow* r = type_row(type);
+  return r && r->unpack;
+}
 
 CodeMap unpack_codes(uint32_t type, const void* src, int64_t n, uint8_t* code, float* scale, float* offset) {
   const GgmlTypeInfo& info = checked_info("unpack_codes", type, n);
-  const Unpacker* u = unpacker(type);
-  TQ_CHECK(u, "unpack_codes: ggml type {} has no integer codes", info.name);
-  u->fn(static_cast<const uint8_t*>(src), n / info.block_size, Codes{code, scale, offset});
+  const TypeRow* u = type_row(type);
+  TQ_CHECK(u->unpack, "unpack_codes: ggml type {} has no integer codes", info.name);
+  u->unpack(static_cast<const uint8_t*>(src), n / info.block_size, Codes{code, scale, offset});
   return {u->zero, u->has_offset};
 }
 
@@ -263,14 +257,14 @@ void dequantize_row(uint32_t type, const void* src_v, float* y, int64_t n) {
     default: break;
   }
   // Quantized: a super-block at a time through its codes.
-  const Unpacker* u = unpacker(type);
-  TQ_ASSERT(u);
+  const TypeRow* u = type_row(type);
+  TQ_ASSERT(u->unpack);
   const int64_t bs = info.block_size, chunk = 256 / bs;  // blocks per 256 values
   uint8_t c[256];
   float s[16], o[16];
   for (int64_t b = 0; b < n / bs; b += chunk, y += 256) {
     const int64_t nb = std::min(chunk, n / bs - b), nv = nb * bs;
-    u->fn(src + b * info.type_size, nb, Codes{c, s, o});
+    u->unpack(src + b * info.type_size, nb, Codes{c, s, o});
     if (u->has_offset)
       for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u->zero) + o[i / 16];
     else  // no "+ 0": it would turn −0 into +0

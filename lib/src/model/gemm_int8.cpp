@@ -91,6 +91,9 @@ TQ_VNNI void micro(int64_t g0, int64_t g1, const int32_t* xw, const float* ax, c
   }
 }
 
+using MicroFn = void (*)(int64_t, int64_t, const int32_t*, const float*, const float*, const uint8_t* const*,
+                        const float* const*, const float* const*, float*, int64_t, int, int, bool);
+
 bool cpu_has_vnni() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -238,16 +241,18 @@ void gemm_int8(const Int8Rows& X, const Int8Matrix& W, int64_t j0, int64_t j1, f
             const int64_t panel = c / kPanel + std::min(q, np - 1);
             w[q] = W.codes(panel), S[q] = W.scale(panel), O[q] = W.offset(panel);
           }
+#ifdef TQ_GEMM_X86
+          const MicroFn f = !kernel  ? nullptr
+                            : G == 32 ? (np == 2 ? micro<32, 2> : micro<32, 1>)
+                                      : (np == 2 ? micro<16, 2> : micro<16, 1>);
+#endif
           for (int64_t i = i0; i < i1; i += kTile) {
             const int64_t t = i / kTile;
             const int rows = int(std::min(kTile, n - i));
             float* y = Y + i * ldy + (c - j0);
             const bool acc = p0 > 0;
 #ifdef TQ_GEMM_X86
-            if (kernel) {
-              using Fn = void (*)(int64_t, int64_t, const int32_t*, const float*, const float*, const uint8_t* const*,
-                                  const float* const*, const float* const*, float*, int64_t, int, int, bool);
-              const Fn f = G == 32 ? (np == 2 ? micro<32, 2> : micro<32, 1>) : (np == 2 ? micro<16, 2> : micro<16, 1>);
+            if (f) {
               f(g0, g1, X.words(t), X.ax(t), X.ax_sum(t), w, S, O, y, ldy, rows, ncols, acc);
               continue;
             }
@@ -260,7 +265,7 @@ void gemm_int8(const Int8Rows& X, const Int8Matrix& W, int64_t j0, int64_t j1, f
       }
     }
   }
-  (void)kernel;
+  (void)kernel;  // used by the kernel path only
 }
 
 }  // namespace tq::detail

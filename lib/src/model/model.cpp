@@ -39,20 +39,17 @@ void matmul_t(const float* X, int64_t n, int64_t ldx, const Weight& W, RowMatrix
   Y.resize(n, W.rows());
   const int64_t out = W.rows();
   constexpr int64_t kChunk = 16 * detail::PackedMatrix::kPanel;
-  const int64_t chunks = (out + kChunk - 1) / kChunk;
+  auto chunks = [&](auto&& product) {  // product(c0, c1) writes Y's columns [c0, c1)
+    parallel_for(n_threads, (out + kChunk - 1) / kChunk,
+                 [&](int64_t t) { product(t * kChunk, std::min(out, t * kChunk + kChunk)); });
+  };
   if (!W.i8.empty()) {
     const detail::Int8Rows xq(n, X, ldx, W.cols(), W.i8.group(), n_threads);
-    parallel_for(n_threads, chunks, [&](int64_t t) {
-      const int64_t c0 = t * kChunk, c1 = std::min(out, c0 + kChunk);
-      detail::gemm_int8(xq, W.i8, c0, c1, Y.data() + c0, out);
-    });
-    return;
+    chunks([&](int64_t c0, int64_t c1) { detail::gemm_int8(xq, W.i8, c0, c1, Y.data() + c0, out); });
+  } else {
+    const detail::PackedRows xp(n, X, ldx, W.cols());
+    chunks([&](int64_t c0, int64_t c1) { detail::gemm_packed(xp, W.f32, c0, c1, Y.data() + c0, out); });
   }
-  const detail::PackedRows xp(n, X, ldx, W.cols());
-  parallel_for(n_threads, chunks, [&](int64_t t) {
-    const int64_t c0 = t * kChunk, c1 = std::min(out, c0 + kChunk);
-    detail::gemm_packed(xp, W.f32, c0, c1, Y.data() + c0, out);
-  });
 }
 
 void matmul_t(const RowMatrix& X, const Weight& W, RowMatrix& Y, int n_threads) {
