@@ -11,6 +11,9 @@
 //               norm_correction)
 //   kSignTerm   turbo4-qjl's QJL sign term (sign_frag: a second MMA chain over the sign bits)
 //   kPairBits   bits of a LUT row's pair code (rows 0 … 2^kPairBits − 1)
+//   norm_scale(head, raw)                  a LUT key's score → logit factor: raw · the fp16 norm at head
+//   norm_correction(sum, eps)              (kNormSums) 1/sqrt(Σ(αc)² + eps), the nc norm correction
+//   sign_scale(head, k)                    (kSignTerm) the sign term's factor: k · norm · residual norm
 //   words<P, Wide>(row, ps, p, w)          the key words of pair-step ps for quad lane p
 //   lut_pair(row, lo, hi)                  the centroid indices of LUT row `row`
 //   wide_addrs<P>(w, h2, lut_lane, lo, hi) the wide LUT's entry addresses of k-step 2ps + h2's halves
@@ -23,6 +26,7 @@
 #include <cuda_fp8.h>
 
 #include "common.cuh"
+#include "decode_common.cuh"
 #include "tq/cuda/kernel_format.h"
 
 namespace tq::cuda {
@@ -115,6 +119,9 @@ template <int Bits>
 struct LutKeys {
   static constexpr bool kLut = true, kBlocks = false, kNormSums = false, kSignTerm = false;
   static constexpr int kPairBits = 2 * Bits;
+  // the token's (turbo: its block's) score → log2-domain logit factor: raw · its fp16 key norm
+  // (the record's or block's first two bytes, at head)
+  static __device__ __forceinline__ float norm_scale(const uint8_t* head, float raw) { return raw * ld_f16(head); }
   static __device__ __forceinline__ void lut_pair(int row, int& lo, int& hi) {
     lo = row & ((1 << Bits) - 1);
     hi = row >> Bits;
@@ -133,6 +140,8 @@ struct LutKeys {
 template <int Bits>
 struct MseKeys : LutKeys<Bits> {
   static constexpr bool kNormSums = true;
+  // the nc formats' norm correction 1/‖c‖ from the token's Σ(αc)² (norm_sums)
+  static __device__ __forceinline__ float norm_correction(float sum, float eps) { return dev::rsqrt_fast(sum + eps); }
   // af: a k-step's A fragment of one half; sqf: its squares (SqLut); qa (d = 256: and qb, the Gram's
   // two diagonals) the half's sums
   template <bool SqLut, bool Packed>
@@ -294,6 +303,10 @@ struct KeyCodec<KeyKind::turbo_qjl, 3> : LutKeys<3> {
   static constexpr bool kBlocks = true, kSignTerm = true;
   static constexpr int kHeadBytes = 4;  // the block's norm and residual norm
   static constexpr int kBlockBytes = layout::turbo_block_bytes(3, true);
+  // the sign term's score → logit factor of a block (head: its norm, then its residual norm)
+  static __device__ __forceinline__ float sign_scale(const uint8_t* head, float k) {
+    return k * ld_f16(head) * ld_f16(head + 2);
+  }
   template <bool P, bool Wide>
   static __device__ __forceinline__ void words(const uint8_t* row, int ps, int p, uint32_t (&w)[2]) {
     const uint8_t* q = row + (ps >> 2) * kBlockBytes;

@@ -2,7 +2,8 @@
 // specialization per value kind and bits of the GPU codec table (TQ_GPU_CODECS in
 // tq/cuda/kernel_format.h). accumulate(tile) turns a sub-tile's value codes into the MMA A
 // fragments of O^T += V^T · P'^T (ValueTile: the lane's code rows, P' fragments and accumulators);
-// code_scale (uniform codes) undoes the fragments' scaling at the write-out (decode_epilogue.cuh).
+// code_scale (uniform codes) undoes the fragments' scaling at the write-out (decode_epilogue.cuh);
+// block_norm (turbo, d = 256) is the P' factor of a token's second block (decode_weights.cuh).
 //
 // Uniform 4-bit codes: A is the code nibble masked in place, the fp16 subnormal c·2^-24 (row r) or
 // c·2^-20 (row r+8): exact, no bias, so the tensor cores accumulate straight into acc. Lane row r
@@ -288,11 +289,18 @@ __device__ __forceinline__ void accumulate_turbo_blocks(const ValueTile<K>& v) {
   }
 }
 
+// What the turbo value codecs share: blocks of 128 dims, each led by its fp16 norm.
+struct TurboValues {
+  static constexpr bool kBlocks = true;
+  // the P' factor of a block beyond the first (d = 256): its norm (head: the block's first byte)
+  static __device__ __forceinline__ float block_norm(const uint8_t* head) { return ld_f16(head); }
+};
+
 // turbo2/3/4 values: the same block codec as the keys (turbo4: the u16 at byte 2r + 16w of qs;
 // turbo3/turbo2: built by turbo_pairs), through the key LUT.
 template <int Bits>
-struct ValueCodec<ValueKind::turbo, Bits> {
-  static constexpr bool kBlocks = true, kSignTerm = false;
+struct ValueCodec<ValueKind::turbo, Bits> : TurboValues {
+  static constexpr bool kSignTerm = false;
   // the pair entries of dims 4r + 32w … +3 (codes: the token's value block 0 + row r's offset)
   template <class K>
   static __device__ __forceinline__ void pairs(const uint8_t* codes, int w, int r, uint32_t lut_lane, uint32_t,
@@ -317,8 +325,8 @@ struct ValueCodec<ValueKind::turbo, Bits> {
 // turbo4-qjl values: the key's block codec; a second accumulator over the QJL signs (z), rotated
 // back by R⁻¹ at the write-out.
 template <>
-struct ValueCodec<ValueKind::turbo_qjl, 3> {
-  static constexpr bool kBlocks = true, kSignTerm = true;
+struct ValueCodec<ValueKind::turbo_qjl, 3> : TurboValues {
+  static constexpr bool kSignTerm = true;
   // the 12 index bits of dims 4r + 32wl … +3 (wl = w & 3) start at bit 12r + 96wl of block w / 4's
   // index stream (codes: no row offset), their sign bits are nibble r & 1 of byte r/2 + 4wl of the
   // sign plane 48 bytes on

@@ -38,8 +38,8 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
   using Q = typename K::Q;
   constexpr int d8 = K::kRow8Delta;
   if constexpr (Q::kTB > 1) {
-    const float sb0 = v0 ? ld_f16(f0 + C::kTurboBlockBytes) : 0.f;
-    const float sb1 = v1 ? ld_f16(f0 + d8 * rm.mst + C::kTurboBlockBytes) : 0.f;
+    const float sb0 = v0 ? Q::Values::block_norm(f0 + C::kTurboBlockBytes) : 0.f;
+    const float sb1 = v1 ? Q::Values::block_norm(f0 + d8 * rm.mst + C::kTurboBlockBytes) : 0.f;
     const float pw[4] = {xs[0] * sb0, xs[1] * sb0, xs[2] * sb1, xs[3] * sb1};
     frags(pb[1], pw);
   }
@@ -47,6 +47,7 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
 #pragma unroll
     for (int tb = 0; tb < Q::kTB; ++tb) {
       const uint8_t* fb = f0 + tb * C::kTurboBlockBytes;
+      // (written out here: as a ValueCodec member, ptxas scheduled turbo4-qjl's d = 256 kernels differently)
       const float k0 = v0 ? t.qjl_scale * ld_f16(fb) * ld_f16(fb + 2) : 0.f;
       const float k8 = v1 ? t.qjl_scale * ld_f16(fb + d8 * rm.mst) * ld_f16(fb + d8 * rm.mst + 2) : 0.f;
       const float pw[4] = {xs[0] * k0, xs[1] * k0, xs[2] * k8, xs[3] * k8};
@@ -111,23 +112,26 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   float fr = st.raw_scale, fr8 = st.raw_scale;
   [[maybe_unused]] float frb = st.raw_scale, frb8 = st.raw_scale;  // turbo block 1's key norms (d = 256)
   if constexpr (Q::Keys::kLut) {
+    using Keys = typename Q::Keys;
     const uint8_t* n0 = mb + rm.norm + tr * rm.mst;
-    fr *= ld_f16(n0);
-    fr8 *= ld_f16(n0 + d8 * rm.mst);
+    fr = Keys::norm_scale(n0, fr);
+    fr8 = Keys::norm_scale(n0 + d8 * rm.mst, fr8);
     if constexpr (Q::kTB > 1) {
-      frb *= ld_f16(n0 + C::kTurboBlockBytes);
-      frb8 *= ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
+      frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, frb);
+      frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, frb8);
     }
-    if (Q::kSqLut && t.nc) {  // tokens r, r + 8 of this lane's half: its own sums
-      fr *= dev::rsqrt_fast((hi_lane ? qa[0][0] : qa[1][0]) + st.nc_eps);
-      fr8 *= dev::rsqrt_fast((hi_lane ? qa[0][2] : qa[1][2]) + st.nc_eps);
-    } else if (Q::Keys::kNormSums && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
-      const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], st.diag_src);
-      const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], st.diag_src);
-      const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], st.diag_src);
-      const float q9 = __shfl_sync(dev::kFull, (r & 1) ? qb[1][3] : qb[1][2], st.diag_src);
-      fr *= dev::rsqrt_fast((hi_lane ? q0 : q1) + st.nc_eps);
-      fr8 *= dev::rsqrt_fast((hi_lane ? q8 : q9) + st.nc_eps);
+    if constexpr (Keys::kNormSums) {
+      if (Q::kSqLut && t.nc) {  // tokens r, r + 8 of this lane's half: its own sums
+        fr *= Keys::norm_correction(hi_lane ? qa[0][0] : qa[1][0], st.nc_eps);
+        fr8 *= Keys::norm_correction(hi_lane ? qa[0][2] : qa[1][2], st.nc_eps);
+      } else if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there (both halves)
+        const float q0 = __shfl_sync(dev::kFull, (r & 1) ? qa[0][1] : qa[0][0], st.diag_src);
+        const float q1 = __shfl_sync(dev::kFull, (r & 1) ? qa[1][1] : qa[1][0], st.diag_src);
+        const float q8 = __shfl_sync(dev::kFull, (r & 1) ? qb[0][3] : qb[0][2], st.diag_src);
+        const float q9 = __shfl_sync(dev::kFull, (r & 1) ? qb[1][3] : qb[1][2], st.diag_src);
+        fr *= Keys::norm_correction(hi_lane ? q0 : q1, st.nc_eps);
+        fr8 *= Keys::norm_correction(hi_lane ? q8 : q9, st.nc_eps);
+      }
     }
   }
   const bool v0 = valid(16 * mh + tr), v1 = valid(16 * mh + tr + d8);
@@ -158,8 +162,8 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 #pragma unroll
     for (int tb = 0; tb < Q::kTB; ++tb) {
       const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
-      const float k0 = st.qjl_k * ld_f16(nb) * ld_f16(nb + 2);
-      const float k8 = st.qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
+      const float k0 = Q::Keys::sign_scale(nb, st.qjl_k);
+      const float k8 = Q::Keys::sign_scale(nb + d8 * rm.mst, st.qjl_k);
       float e4[4];
       mine_half(sq[tb], e4);
 #pragma unroll
@@ -259,23 +263,26 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
     float fr = st.raw_scale, fr8 = st.raw_scale;
     [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
     if constexpr (Q::Keys::kLut) {
-      fr *= ld_f16(n0);
-      fr8 *= ld_f16(n0 + d8 * rm.mst);
+      using Keys = typename Q::Keys;
+      fr = Keys::norm_scale(n0, fr);
+      fr8 = Keys::norm_scale(n0 + d8 * rm.mst, fr8);
       if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256)
-        const float frb = st.raw_scale * ld_f16(n0 + C::kTurboBlockBytes);
-        const float frb8 = st.raw_scale * ld_f16(n0 + d8 * rm.mst + C::kTurboBlockBytes);
+        const float frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, st.raw_scale);
+        const float frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, st.raw_scale);
 #pragma unroll
         for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
         fr = fr8 = 1.f;
       }
-      if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
-        fr *= dev::rsqrt_fast(qa[h][0] + st.nc_eps);
-        fr8 *= dev::rsqrt_fast(qa[h][2] + st.nc_eps);
-      } else if (Q::Keys::kNormSums && t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
-        const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], st.diag_src);
-        const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], st.diag_src);
-        fr *= dev::rsqrt_fast(sq0 + st.nc_eps);
-        fr8 *= dev::rsqrt_fast(sq1 + st.nc_eps);
+      if constexpr (Keys::kNormSums) {
+        if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
+          fr *= Keys::norm_correction(qa[h][0], st.nc_eps);
+          fr8 *= Keys::norm_correction(qa[h][2], st.nc_eps);
+        } else if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+          const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], st.diag_src);
+          const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], st.diag_src);
+          fr *= Keys::norm_correction(sq0, st.nc_eps);
+          fr8 *= Keys::norm_correction(sq1, st.nc_eps);
+        }
       }
     }
     const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
@@ -287,8 +294,8 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
 #pragma unroll
       for (int tb = 0; tb < Q::kTB; ++tb) {
         const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
-        const float k0 = st.qjl_k * ld_f16(nb) * ld_f16(nb + 2);
-        const float k8 = st.qjl_k * ld_f16(nb + d8 * rm.mst) * ld_f16(nb + d8 * rm.mst + 2);
+        const float k0 = Q::Keys::sign_scale(nb, st.qjl_k);
+        const float k8 = Q::Keys::sign_scale(nb + d8 * rm.mst, st.qjl_k);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           x[h][i] = (i < 2 ? v0 : v1) ? fmaf(sq[tb][h][0][i] + sq[tb][h][kQSets - 1][i], i < 2 ? k0 : k8, x[h][i])
