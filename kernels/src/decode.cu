@@ -456,7 +456,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       int stage_bytes = 0, stages = 0;
       // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
       // LUT (not wide), barriers, centroids
-      const int fixed_dyn = (Q::kWide ? 65536 : 0) + Q::kCtaWarps * Q::D * 4;
+      const int fixed_dyn = (Q::kWide ? int(kLutBytesWide) : 0) + Q::kCtaWarps * Q::D * 4;
       const int static_smem = decode_static_smem<Q>();
       plan_layout(cache.n_kv_heads, heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
                   stage_bytes, stages, false, 2, dual ? Q::kCtaWarps / 2 : Q::kCtaWarps);

@@ -20,6 +20,11 @@
 
 namespace tq {
 
+// The largest finite fp16 value: the range every codec accepts (its stored norms and scales are fp16).
+inline constexpr float kFp16Max = 65504.0f;
+// The largest head_dim a CPU codec accepts (their per-row scratch buffers live on the stack).
+inline constexpr int kMaxHeadDim = 4096;
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -37,6 +42,9 @@ class Codec {
   // Documented NMSE bound E‖x − x̂‖²/E‖x‖² for rows of i.i.d. N(0,1) values
   // (each codec derives its own in its header); tests check it.
   virtual double gaussian_nmse_bound() const = 0;
+  // The slack of the rotated codecs' bounds over their codebook's Gaussian distortion: the rotated
+  // unit vector's coordinates are only nearly N(0, 1/d), and a finite sample of rows scatters.
+  static constexpr double kNmseSlack = 1.15;
   double bits_per_value() const { return 8.0 * double(row_bytes()) / dim(); }
 
   virtual void encode(const float* x, int64_t n, uint8_t* out) const = 0;

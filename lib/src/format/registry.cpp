@@ -218,7 +218,7 @@ KvFormat make_format(const std::string& name, int head_dim) { return make_format
 
 KvFormat make_format(const std::string& name, int head_dim, const FormatOverrides& overrides) {
   TQ_CHECK(!name.empty(), "empty format name");
-  TQ_CHECK(head_dim >= 1 && head_dim <= 4096, "format '{}': head_dim {} out of range", name, head_dim);
+  TQ_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, "format '{}': head_dim {} out of range", name, head_dim);
   Options o;
   std::string desc;
   const auto first = split(name, ',').front();

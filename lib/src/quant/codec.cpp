@@ -41,10 +41,10 @@ double Codec::gaussian_max_envelope(int m) { return std::sqrt(2.0 * std::log(2.0
 
 void Codec::check_rows(const float* x, int64_t n) const {
   const size_t total = size_t(n) * size_t(d_);
-  if (all_within(x, total, 65504.0f)) return;  // the loop below only names the culprit
+  if (all_within(x, total, kFp16Max)) return;  // the loop below only names the culprit
   for (size_t i = 0; i < total; ++i) {
     const float v = x[i];
-    if (!(std::fabs(v) <= 65504.0f))
+    if (!(std::fabs(v) <= kFp16Max))
       TQ_THROW("{}: input row {} column {} is {} ({})", name_, int64_t(i / size_t(d_)), int(i % size_t(d_)), v,
                std::isfinite(v) ? "beyond the fp16 range ±65504" : "not finite");
   }

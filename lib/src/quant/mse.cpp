@@ -11,7 +11,7 @@
 namespace tq {
 
 namespace {
-constexpr int kMaxD = 4096;
+constexpr int kMaxD = kMaxHeadDim;
 }
 
 MseCodec::MseCodec(int bits, int d, std::shared_ptr<const Rotation> rot, std::shared_ptr<const ScalarCodebook> cb,
@@ -66,7 +66,7 @@ void MseCodec::encode(const float* x, int64_t n, uint8_t* out) const {
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + size_t(r) * size_t(d);
     const float norm = rotate_unit(xr, y);
-    TQ_CHECK(norm <= 65504.f, "{}: row {} has norm {} beyond the fp16 range of the stored norm", name(), r, norm);
+    TQ_CHECK(norm <= kFp16Max, "{}: row {} has norm {} beyond the fp16 range of the stored norm", name(), r, norm);
     pack(y, norm, out + size_t(r) * row_bytes());
   }
 }

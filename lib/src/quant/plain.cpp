@@ -68,10 +68,10 @@ void PlainCodec::decode(const uint8_t* in, int64_t n, float* out) const {
 
 void PlainCodec::score(const float* q, const uint8_t* in, int64_t n, float* out) const {
   const int d = dim();
-  float row[4096];
+  float row[kMaxHeadDim];
   std::vector<float> big;
   float* r = row;
-  if (d > 4096) { big.resize(size_t(d)); r = big.data(); }
+  if (d > kMaxHeadDim) { big.resize(size_t(d)); r = big.data(); }
   for (int64_t i = 0; i < n; ++i) {
     decode(in + size_t(i) * row_bytes(), 1, r);
     float s = 0.f;

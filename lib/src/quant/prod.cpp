@@ -13,7 +13,7 @@
 namespace tq {
 
 namespace {
-constexpr int kMaxD = 4096;
+constexpr int kMaxD = kMaxHeadDim;
 constexpr double kSqrtHalfPi = 1.2533141373155002512;  // √(π/2)
 
 uint64_t qjl_seed(const std::string& spec, const std::string& s) {
@@ -110,7 +110,7 @@ ProdCodec::ProdCodec(int bits, int d, std::shared_ptr<const Rotation> rot, std::
 
 double ProdCodec::gaussian_nmse_bound() const {
   const double d_mse = bits_ > 1 ? cb_->gaussian_distortion(dim()) : 1.0;
-  return 1.15 * 1.5707963267948966 * d_mse;
+  return kNmseSlack * 1.5707963267948966 * d_mse;
 }
 
 void ProdCodec::encode(const float* x, int64_t n, uint8_t* out) const {
@@ -122,7 +122,7 @@ void ProdCodec::encode(const float* x, int64_t n, uint8_t* out) const {
     const float* xr = x + size_t(r) * size_t(d);
     uint8_t* rec = out + size_t(r) * row_bytes();
     const float norm = std::sqrt(tree_sum_squares(xr, d));
-    TQ_CHECK(norm <= 65504.f, "{}: row {} has norm {} beyond the fp16 range of the stored norm", name(), r, norm);
+    TQ_CHECK(norm <= kFp16Max, "{}: row {} has norm {} beyond the fp16 range of the stored norm", name(), r, norm);
     std::memcpy(y, xr, sizeof(float) * size_t(d));
     rot_->apply(y);
     const float inv = 1.0f / (norm + 1e-8f);

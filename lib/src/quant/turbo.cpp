@@ -59,7 +59,7 @@ const char* turbo_name(TurboKind k) {
 }  // namespace
 
 TurboCodec::TurboCodec(TurboKind kind, int d) : Codec(turbo_name(kind), d), kind_(kind) {
-  TQ_CHECK(d >= 1 && d <= 4096, "{}: head_dim {} must be in 1..4096", name(), d);
+  TQ_CHECK(d >= 1 && d <= kMaxHeadDim, "{}: head_dim {} must be in 1..{}", name(), d, kMaxHeadDim);
   blocks_ = (d + kQK - 1) / kQK;
   switch (kind) {
     case TurboKind::turbo2: block_bytes_ = sizeof(BlockTurbo2); cb_ = turbo_codebook(2); break;
@@ -163,7 +163,7 @@ void TurboCodec::encode(const float* x, int64_t n, uint8_t* out) const {
     uint8_t* rec = out + size_t(r) * row_bytes();
     for (int b = 0; b < blocks_; ++b) {
       for (int j = 0; j < kQK; ++j) buf[j] = b * kQK + j < d ? xr[b * kQK + j] : 0.f;
-      TQ_CHECK(std::sqrt(tree_sum_squares(buf, kQK)) <= 65504.f, "{}: row {} block {} norm beyond the fp16 range",
+      TQ_CHECK(std::sqrt(tree_sum_squares(buf, kQK)) <= kFp16Max, "{}: row {} block {} norm beyond the fp16 range",
                name(), r, b);
       encode_block(buf, rec + size_t(b) * block_bytes_);
     }

@@ -38,10 +38,10 @@ class MseCodec final : public Codec {
   void prepare_query(const float* q, float* prepared) const override;
   void score(const float* prepared, const uint8_t* in, int64_t n, float* out) const override;
   bool reencode_stable() const override { return norm_ != NormMode::raw; }
-  // The codebook's Gaussian distortion D_b (0.0095 for 4 bits) × 1.15: the
+  // The codebook's Gaussian distortion D_b (0.0095 for 4 bits) × kNmseSlack: the
   // rotated unit vector's coordinates are (nearly) N(0, 1/d); nc/fold change
   // the error by O(D²).
-  double gaussian_nmse_bound() const override { return 1.15 * cb_->gaussian_distortion(dim()); }
+  double gaussian_nmse_bound() const override { return kNmseSlack * cb_->gaussian_distortion(dim()); }
 
   int bits() const { return bits_; }
   NormMode norm_mode() const { return norm_; }

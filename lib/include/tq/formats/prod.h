@@ -56,7 +56,7 @@ class ProdCodec final : public Codec {
   void score(const float* prepared, const uint8_t* in, int64_t n, float* out) const override;
   bool reencode_stable() const override { return false; }
   // The QJL estimate of the residual adds (π/2 − 1)·γ²: NMSE ≈ π/2·D_{b−1}
-  // (D_0 = 1), bound 1.15·π/2·D_{b−1}.
+  // (D_0 = 1), bound kNmseSlack·π/2·D_{b−1}.
   double gaussian_nmse_bound() const override;
 
  private:

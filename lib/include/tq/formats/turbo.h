@@ -49,9 +49,9 @@ class TurboCodec final : public Codec {
   void score(const float* prepared, const uint8_t* in, int64_t n, float* out) const override;
   // Corrected-norm blocks are stable unless padding was dropped (d % 128 != 0).
   bool reencode_stable() const override { return kind_ != TurboKind::turbo4_qjl && dim() % 128 == 0; }
-  // The fork table's Gaussian distortion at d = 128 × 1.15 (turbo4's table is
+  // The fork table's Gaussian distortion at d = 128 × kNmseSlack (turbo4's table is
   // about 2× the Lloyd-Max optimum; turbo4-qjl's QJL term lowers its 3-bit error).
-  double gaussian_nmse_bound() const override { return 1.15 * cb_->gaussian_distortion(128); }
+  double gaussian_nmse_bound() const override { return kNmseSlack * cb_->gaussian_distortion(128); }
 
   TurboKind kind() const { return kind_; }
   const ScalarCodebook& codebook() const { return *cb_; }
