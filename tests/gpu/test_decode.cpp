@@ -865,10 +865,11 @@ static void run_multi_query(const std::string& fmt, bool quick) {
   struct Shape {
     int hq, hkv, d;
   };
-  // G 4 (32/8: 16-column launches for q_len 4), G 1 (MHA), G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 / 256
+  // G 4 (32/8: 16-column launches for q_len 4, two N-tiles per warp where the format has them), G 1 (MHA),
+  // G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 (8 kv heads: the two-tile kernel) / 256
   const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}, {8, 2, 128}}
                                           : std::vector<Shape>{{32, 8, 128}, {8, 8, 128}, {64, 8, 128}, {12, 2, 128},
-                                                               {16, 4, 64}, {16, 2, 256}};
+                                                               {16, 4, 64}, {32, 8, 64}, {16, 2, 256}};
   for (const auto& sh : shapes)
     for (const int q_len : quick ? std::vector<int>{2, 5} : std::vector<int>{2, 4, 7, 16, 33}) {
       c.hq = sh.hq;
@@ -936,6 +937,40 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
   c.lens = {700, 3000, 64};
   c.splits = 4;
   check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
+}
+
+// Which multi-query kernels the planner takes: two 8-column N-tiles per warp in CTAs of 8 warps (one
+// per kv head) for the mse / fp8-key formats at 8 heads per CTA and more than 8 columns per kv head,
+// launches of ≤ 16 columns; else the one-tile kernels.
+TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format has them", "[decode][multi][quick]") {
+  struct Want {
+    const char* fmt;
+    int d, hq, hkv, q_len, tiles, passes;
+  };
+  const Want wants[] = {
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1},   // 16 columns: one launch
+      {"turboquant_k3v4_nc", 128, 32, 8, 5, 2, 2},   // 20: 16 + 4
+      {"turboquant_3bit_nc", 64, 32, 8, 16, 2, 4},   // 64: four launches of 16
+      {"turboquant_k8v4", 128, 64, 8, 2, 2, 1},      // G 8, 16 columns
+      {"turboquant_4bit_nc", 128, 32, 8, 2, 1, 1},   // 8 columns: one tile
+      {"turboquant_4bit_nc", 128, 8, 2, 4, 1, 1},    // 2 kv heads per CTA: the one-tile kernels, both slices
+      {"turbo3", 128, 32, 8, 4, 1, 1},               // turbo values: one tile (both slices, 16 warps)
+  };
+  for (const Want& w : wants) {
+    DecodeCase c;
+    c.fmt = w.fmt;
+    c.d = w.d;
+    c.hq = w.hq;
+    c.hkv = w.hkv;
+    c.q_len = w.q_len;
+    c.lens = {w.q_len + 40, 300};
+    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len);
+    run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+      REQUIRE(plan.column_tiles == w.tiles);
+      REQUIRE(plan.query_passes == w.passes);
+      if (w.tiles == 2) REQUIRE((plan.threads == 256 && plan.heads_per_cta == 8 && plan.warps_per_head == 1));
+    });
+  }
 }
 
 TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][quick]") {
