@@ -507,6 +507,11 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
     return plan;
   }
+  if (two_query_slices(group) && plan_column_tiles(f, heads, group, planes) == 2) {  // one launch, 16 columns per warp
+    DecodePlan plan = plan_for(false, 2);
+    plan.query_passes = 1;
+    return plan;
+  }
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
   if (group > kQueryCols + 4) return plan_for(true);
   const DecodePlan two = plan_for(false);  // 8 < G ≤ 12: one launch only for short work items
@@ -574,6 +579,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
         decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
                                 plan.smem_bytes, stream);
       });
+    } else if (plan.column_tiles == 2) {  // 8 < G ≤ 16 in one launch, each warp both 8-column tiles (a.group = G)
+      if (!two_query_slices(a.group) || plan_column_tiles(f, plan.heads_per_cta, a.group, planes) != 2 ||
+          plan.threads != 32 * plan.heads_per_cta * plan.warps_per_head)
+        throw_error("paged_decode: plan does not match this shape (use plan_decode)");
+      const DecodeKernelSel sel{false, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::one, false, false, 2};
+      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     } else if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
       // (the planner's own test, dual_slices_fit, and its thread count)
       if (!dual_slices_fit(a.group, plan.heads_per_cta, Q::kCtaWarps, planes) ||

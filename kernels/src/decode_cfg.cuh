@@ -165,9 +165,9 @@ struct QCfg {
   }
 };
 
-// N-tiles per warp of the format's multi-query kernels (KernelTraits::kNTiles): 2 at head_dim ≤ 128 for
-// the formats whose P' is fp16 alone at G > 4 (mse or fp8 keys, uniform values), else 1 (d = 256: the
-// 8-warp kernels already use 200–235 registers).
+// N-tiles per warp of the format's kernels for 9 … 16 columns per kv head (KernelTraits::kNTiles):
+// 2 at head_dim ≤ 128 for the formats whose P' is fp16 alone at G > 4 (mse or fp8 keys, uniform
+// values), else 1 (d = 256: the 8-warp kernels already use 200–235 registers).
 constexpr int kMqTileWarps = 8;  // warps per CTA of the two-tile kernels (KernelTraits::kCtaWarps)
 template <class C>
 constexpr int mq_column_tiles() {
@@ -235,8 +235,8 @@ struct KernelTraits {
   static constexpr QuerySlicing kSlicing = Slicing;
   static constexpr bool kSliced = Slicing != QuerySlicing::whole;  // columns are a slice of G > 8 (dev::query_head)
   static constexpr int kSlices = Slicing == QuerySlicing::both ? 2 : 1;  // query slices per CTA
-  // Multi-query: N-tiles of 8 query columns per warp, each decoded key and value fragment feeding
-  // the MMAs of all of them (2: 16 columns per warp). A second tile's value accumulators and query
+  // 8 < columns ≤ 16 per kv head (G, or q_len · G): N-tiles of 8 query columns per warp, each decoded
+  // key and value fragment feeding the MMAs of all of them (2: 16 columns per warp). A second tile's value accumulators and query
   // fragments take about 80 registers beyond the 128 that 16 warps per SM allow, so its CTAs have 8
   // warps, one per SM (255 registers: 250 at d 128, 4bit_nc).
   static constexpr int kNTiles = NTiles;
@@ -262,9 +262,9 @@ struct KernelTraits {
   // stays a weighted mean of the values (each weight off by at most half an fp16 ulp of p·scale).
   static constexpr bool kHiOnlyP = !Packed && !Q::kQjl && Q::kTB == 1;
   static constexpr int kPSets = kHiOnlyP ? 1 : kQSets;  // P' fragment sets the value MMAs use
-  static_assert(NTiles == 1 || (NTiles == 2 && Causal && Slicing == QuerySlicing::one && !Planes && kHiOnlyP &&
+  static_assert(NTiles == 1 || (NTiles == 2 && Slicing == QuerySlicing::one && !Planes && !TensorMap && kHiOnlyP &&
                                 mq_column_tiles<Fmt>() == 2),
-                "two N-tiles per warp: the multi-query kernels of the formats mq_column_tiles names");
+                "two N-tiles per warp: sliced kernels of the formats mq_column_tiles names");
 
   // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key and takes its
   // pairs' LUT addresses with run_lut_addrs

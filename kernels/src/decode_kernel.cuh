@@ -426,6 +426,14 @@ void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
 template <class C, class Fn>
 void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   if (sel.causal) return pick_causal_kernel<C>(sel, fn);
+  if (sel.column_tiles != 1) {  // 8 < G ≤ 16, one launch, 16 columns per warp (8 warps, 8 heads per CTA)
+    if constexpr (mq_column_tiles<C>() == 2) {
+      if (sel.heads_per_cta == 8 && sel.warps_per_head == 1 && sel.slicing == QuerySlicing::one && !sel.planes &&
+          !sel.tensor_map && sel.column_tiles == 2)
+        return fn(decode_kernel<KernelTraits<C, false, false, 8, QuerySlicing::one, false, false, 2>>);
+    }
+    throw_error("paged_decode: no two-tile kernel for this format or plan (internal)");
+  }
   if (sel.slicing == QuerySlicing::both) return pick_kernel<C, QuerySlicing::both, 8>(sel, fn);
   if (sel.slicing == QuerySlicing::one) return pick_kernel<C, QuerySlicing::one, 8>(sel, fn);
   pick_kernel<C, QuerySlicing::whole, 8, 4, 16, 2>(sel, fn);

@@ -436,12 +436,13 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
   };
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
   // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8: column slices of ≤ 8 — for
-  // 8 < G ≤ 16 both in one launch where the CTA has twice its heads' warps (the quantized
+  // 8 < G ≤ 16 one launch with two N-tiles per warp (mse / fp8 keys with uniform values at 8 heads
+  // per CTA), or both slices in one launch where the CTA has twice its heads' warps (the quantized
   // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
   // stage-1 launches; at 8 < G ≤ 12 one launch only while a work item is ≤ 2048 tokens (with
   // these lengths, ≤ 2049, every auto split count; one split of 2049 is not): (96,8) G=12 (8 + 4;
-  // with one split two launches, the second packed), (128,8) G=16 (k8v4 and turbo4-qjl: two
-  // launches), also with one split (parts = 1 where a head has one warp: the slices write out
+  // with one split two launches, the second packed; two-tile formats: one launch), (128,8) G=16
+  // (turbo4-qjl: two launches), also with one split (parts = 1 where a head has one warp: the slices write out
   // directly), (26,2) G=13 (8 + 5, run-time heads), (20,1) G=20 (8 + 8 + 4), (192,8) G=24 (three
   // launches of 8-head CTAs).
   for (const auto& fmt :
@@ -462,15 +463,20 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
         // warps per CTA: 16 for mse / turbo2/3/4 keys at head_dim ≤ 128, 8 for the rest (and FP16)
         const bool f16 = fmt == "f16";
         const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
-        // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp), the quantized decode at
-        // 8 < G ≤ 16 where the CTA has a second set of warps for the second slice — at G ≤ 12
+        // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp); the quantized decode at
+        // 8 < G ≤ 16 with two N-tiles per warp (mse / fp8 keys with uniform values, 8 heads per CTA:
+        // 8 warps), else where the CTA has a second set of warps for the second slice — at G ≤ 12
         // only with short work items (not one split of 2049 tokens)
+        const bool tiles2 = (fmt == "turboquant_4bit_nc" || fmt == "turboquant_k8v4") && g > 8 && g <= 16 &&
+                            plan.heads_per_cta == 8;
         const bool dual = f16 ? g > 8 && g <= 16
-                              : g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps && (g > 12 || h.splits != 1);
+                              : !tiles2 && g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps &&
+                                    (g > 12 || h.splits != 1);
+        REQUIRE(plan.column_tiles == (tiles2 ? 2 : 1));
         REQUIRE(plan.query_slices == (dual ? 2 : 1));
-        REQUIRE(plan.query_passes == (dual ? 1 : (g + 7) / 8));
+        REQUIRE(plan.query_passes == (dual || tiles2 ? 1 : (g + 7) / 8));
         REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
-        if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * warps);  // every warp of the kernel
+        if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * (tiles2 ? 8 : warps));  // every warp of the kernel
         if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
       });
     }
@@ -838,8 +844,8 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     run_decode(c);
     c.lens = {1, 17, 40};
     c.splits = 2;
-    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: both slices in one launch, compile-time heads;
-                 // k8v4 / turbo4-qjl: two launches)
+    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: mse / fp8 keys with uniform values two N-tiles
+                 // per warp; turbo keys both slices in one launch, compile-time heads; turbo4-qjl: two launches)
     c.hkv = 8;
     run_decode(c);
     if (fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // 10 kv heads in one CTA (the 8-warp kernels refuse)
