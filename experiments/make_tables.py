@@ -12,6 +12,8 @@ Sources (all under experiments/results/):
   qwen/ppl512-skip-all.txt   the same with --skip-layers first2,last2
   kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench)
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
+  kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ...")
+  kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
 
   python3 experiments/make_tables.py [--check]   (--check: exit 1 if a file would change)
 """
@@ -110,6 +112,38 @@ def headline():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
+MQ_ROW = re.compile(r"^(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s*$")
+
+
+def multi_query():
+    """The multi-query line of the headline: 4bit_nc's fused decode per q_len (tq-bench --q-len) against
+    one single-query decode, q_len of them, and dequant + SDPA (bench_multi_query.py)."""
+    rows = {}
+    with open(os.path.join(RES, "kernels", "multi_query_tqbench.txt"), encoding="utf-8") as f:
+        for line in f:
+            m = MQ_ROW.match(line.rstrip("\n"))
+            if m and m.group(1) == "turboquant_4bit_nc":
+                rows[int(m.group(2))] = {"fused": float(m.group(3)), "over_q1": float(m.group(6)),
+                                         "separate_over": float(m.group(8))}
+    dense = {}
+    with open(os.path.join(RES, "kernels", "multi_query_torch.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            j = json.loads(line)
+            if j["format"] == "turboquant_4bit_nc" and "dense_over_fused" in j:
+                dense[j["q_len"]] = j["dense_over_fused"]
+    q_lens = sorted(rows)
+    lines = ["| `turboquant_4bit_nc`, multi-query | " + " | ".join(f"q_len {q}" for q in q_lens) + " |",
+             "|---|" + "---|" * len(q_lens),
+             "| fused decode ms (× one single-query decode) | "
+             + " | ".join(f"{rows[q]['fused']:.3f} ({rows[q]['over_q1']:.2f}×)" for q in q_lens) + " |",
+             "| q_len single-query decodes ÷ fused | " + " | ".join(f"{rows[q]['separate_over']:.2f}×" for q in q_lens) + " |",
+             "| dequant + SDPA (torch) ÷ fused | " + " | ".join(f"{dense[q]:.1f}×" if q in dense else "—" for q in q_lens)
+             + " |"]
+    note = ("Multi-query: q_len queries per sequence, causal within the chunk, same shape and H200 "
+            "([kernels.md](experiments/results/kernels.md#multi-query-decode-q_len--1)).")
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
 def kernels_current():
     out = []
     for ctx in (4096, 32768):
@@ -150,7 +184,7 @@ def splice(path, name, body, check):
 
 def main():
     check = "--check" in sys.argv[1:]
-    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline(), check)
+    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query(), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
     if check and changed:
         sys.exit(1)
