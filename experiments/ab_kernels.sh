@@ -5,7 +5,8 @@
 #   bash experiments/ab_kernels.sh [steps for the working tree, default build]
 #
 # Each directory experiments/ab/<NAME>/ is an overlay (files at their repository paths,
-# e.g. experiments/ab/A/kernels/src/decode_kernel.cuh from `git show HEAD:kernels/src/decode_kernel.cuh`)
+# e.g. experiments/ab/A/kernels/src/decode_kernel.cuh from `git show HEAD:kernels/src/decode_kernel.cuh`;
+# `bash experiments/ab_overlay.sh REF NAME` writes every changed kernel/app/GPU-test file of REF)
 # on a copy of the working tree, built in /tmp/src_<NAME>; "C" is the working tree itself
 # (built with run_kernels.sh <steps>, so "build,test" also runs the GPU tests on it).
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
