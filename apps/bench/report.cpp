@@ -120,6 +120,7 @@ void to_json(Json& j, const MultiQueryReport& r) {
            {"separate_over_fused", m.separate.median_ms / m.fused.median_ms},
            {"pct_copy", pct(m.gbps, r.copy)},
            {"query_passes", m.plan.query_passes},  // launches over the cache (16 or 8 columns each)
+           {"column_tiles", m.plan.column_tiles},  // 8-column N-tiles per warp (2: 16 columns from each decode)
            {"num_splits", m.plan.num_splits},
            {"copy_gbps", r.copy.gbps},
            {"reps", m.fused.reps}};
@@ -134,7 +135,8 @@ Cells table_cells(const MultiQueryReport& r) {
           fmt::format("{:.2f}", m.fused.median_ms / m.single.median_ms),
           fmt::format("{:.4f}", m.separate.median_ms),
           fmt::format("{:.2f}", m.separate.median_ms / m.fused.median_ms),
-          std::to_string(m.plan.query_passes)};
+          std::to_string(m.plan.query_passes),
+          std::to_string(m.plan.column_tiles)};
 }
 
 bool DumpCheckReport::ok() const {
