@@ -230,18 +230,19 @@ struct KernelTraits {
   // MMA; G > 4: hi and lo as two MMAs
   static constexpr bool kPacked = Packed;
   // kv heads per CTA known at compile time (8, 4, 16, 2: every row stride and ring offset is an
-  // immediate), or 0: DecodeArgs::hpc
+  // immediate), or 0: DecodeArgs::heads_per_cta
   static constexpr int kHeads = Heads;
   static constexpr QuerySlicing kSlicing = Slicing;
   static constexpr bool kSliced = Slicing != QuerySlicing::whole;  // columns are a slice of G > 8 (dev::query_head)
   static constexpr int kSlices = Slicing == QuerySlicing::both ? 2 : 1;  // query slices per CTA
-  // 8 < columns ≤ 16 per kv head (G, or q_len · G): N-tiles of 8 query columns per warp, each decoded
-  // key and value fragment feeding the MMAs of all of them (2: 16 columns per warp). A second tile's value accumulators and query
-  // fragments take about 80 registers beyond the 128 that 16 warps per SM allow, so its CTAs have 8
-  // warps, one per SM (255 registers: 250 at d 128, 4bit_nc).
+  // 8 < columns ≤ 16 per kv head (G, or q_len · G): N-tiles of 8 query columns per warp, each
+  // decoded key and value fragment feeding the MMAs of all of them (2: 16 columns per warp). A
+  // second tile's value accumulators and query fragments take about 80 registers beyond the 128
+  // that 16 warps per SM allow, so its CTAs have 8 warps, one per SM (255 registers: 250 at d 128,
+  // 4bit_nc).
   static constexpr int kNTiles = NTiles;
   static constexpr int kCtaWarps = NTiles > 1 ? kMqTileWarps : Q::kCtaWarps;
-  // warps per head (= 32-token sub-tiles per stage) at compile time, or 0: DecodeArgs::wph
+  // warps per head (= 32-token sub-tiles per stage) at compile time, or 0: DecodeArgs::warps_per_head
   static constexpr int kWarpsPerHead = Heads > 0 ? kCtaWarps / (kSlices * Heads) : 0;
   // each 16-token half of the ring is one box of the tensor map in DecodeTablesTm (tm_copies)
   static constexpr bool kTensorMap = TensorMap;

@@ -35,8 +35,8 @@ struct DecodeArgs {
   int64_t q_sb, q_sh;
   __half* out;
   int64_t o_sb, o_sh;
-  float* o_part;    // [n_q_heads, items, wph, D] (parts > 1): item i's warp w's partial output
-  float* lse_part;  // [n_q_heads, items, wph], log2 domain; −inf = empty part
+  float* o_part;    // [n_q_heads, items, warps_per_head, D] (parts > 1): item i's warp w's partial output
+  float* lse_part;  // [n_q_heads, items, warps_per_head], log2 domain; −inf = empty part
   int2* seq_items;  // [batch] (items > batch, FP16 decode): sequence b's first work item and item count
   const int32_t* table;
   int table_stride;
@@ -47,7 +47,7 @@ struct DecodeArgs {
   // column). (group_stride took n_q_heads' place, which only the host used: the
   // kernels' parameter layout stays as it was.)
   int block_size, log2_block_size, n_kv_heads, group_stride, group;
-  int batch, hpc, wph, items, parts, stages;
+  int batch, heads_per_cta, warps_per_head, items, parts, stages;  // DecodePlan's
   int stage_bytes;  // WPH · sub-tile tokens · HPC · (bytes of one token-head)
   // quantized decode: ring pieces (16-token halves) 0 … ring_split−1 from the dynamic
   // shared-memory base, the rest from shared address ring_hi; q buffers at qbuf_addr
@@ -412,8 +412,8 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.log2_block_size = __builtin_ctz(unsigned(block_size));
   a.n_kv_heads = n_kv_heads;
   a.group = a.group_stride = p.n_q_heads / n_kv_heads;
-  a.hpc = plan.heads_per_cta;
-  a.wph = plan.warps_per_head;
+  a.heads_per_cta = plan.heads_per_cta;
+  a.warps_per_head = plan.warps_per_head;
   a.batch = p.blocks.batch;
   a.items = plan.items;
   a.parts = plan.parts;
@@ -459,7 +459,7 @@ inline DecodeArgs column_slice(const DecodeArgs& a, int head_dim, int g0, int n)
   s.group = n;
   s.q += int64_t(g0) * a.q_sh;
   s.out += int64_t(g0) * a.o_sh;
-  const int64_t rows = int64_t(g0) * a.items * a.wph;  // the parts of query heads < g0 (of kv head 0)
+  const int64_t rows = int64_t(g0) * a.items * a.warps_per_head;  // the parts of query heads < g0 (of kv head 0)
   if (a.o_part) s.o_part += rows * head_dim;
   if (a.lse_part) s.lse_part += rows;
   return s;

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   constexpr int KS = D / 16;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int hpc = a.hpc, wph = a.wph;
+  const int hpc = a.heads_per_cta, wph = a.warps_per_head;
   const int hl = warp % hpc, ws = warp / hpc;
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = 16 * wph;

@@ -69,7 +69,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   __shared__ __align__(8) uint2 slut[Q::kSignLutEntries];  // sign nibble → ±1 halves (sign_frag)
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
-  const int heads = kHeads > 0 ? kHeads : a.hpc, warps_per_head = kHeads > 0 ? K::kWarpsPerHead : a.wph;
+  const int heads = kHeads > 0 ? kHeads : a.heads_per_cta, warps_per_head = kHeads > 0 ? K::kWarpsPerHead : a.warps_per_head;
   // the warp's head, sub-tile and first query column (kSlices = 2: warps heads·warps_per_head … compute columns 8 …)
   const int hl = warp % heads, ws = kSlices == 1 ? warp / heads : warp / heads % warps_per_head;
   const int g0 = kSlices == 1 ? 0 : 8 * (warp / (heads * warps_per_head));
