@@ -78,10 +78,14 @@ struct ValueTile {
 template <ValueKind Kind, int Bits>
 struct ValueCodec;  // one specialization per value codec of TQ_GPU_CODECS
 
+// What the uniform value codecs share: one record per token (codes, fp16 scale and zero), no sign term.
+struct UniformValues {
+  static constexpr bool kBlocks = false, kSignTerm = false;
+};
+
 // Uniform 4-bit codes (per-vector min/max, fp16 scale then zero).
 template <>
-struct ValueCodec<ValueKind::uniform, 4> {
-  static constexpr bool kBlocks = false, kSignTerm = false;
+struct ValueCodec<ValueKind::uniform, 4> : UniformValues {
   // the A fragment's scaling of row r (row8: r + 8) of m-tile i, undone at the write-out
   template <int NB>
   static __device__ __forceinline__ float code_scale(int, bool row8) {
@@ -193,8 +197,7 @@ struct ValueCodec<ValueKind::uniform, 4> {
 // A = the code masked in place, the fp16 subnormal c·2^(k − 24), k = value_code_bit(j)
 // (exact; undone at the write-out). m-tile i: row r code 2i, row r + 8 code 2i + 1.
 template <>
-struct ValueCodec<ValueKind::uniform, 3> {
-  static constexpr bool kBlocks = false, kSignTerm = false;
+struct ValueCodec<ValueKind::uniform, 3> : UniformValues {
   template <int NB>
   static __device__ __forceinline__ float code_scale(int i, bool row8) {
     return float(1 << (24 - value_code_bit<NB>(2 * i + row8)));

@@ -220,12 +220,13 @@ std::string ggml_type_name(uint32_t type) {
 
 namespace {
 
-const GgmlTypeInfo& checked_info(const char* what, uint32_t type, int64_t n) {
-  const GgmlTypeInfo* info = ggml_type_info(type);
-  TQ_CHECK(info, "{}: ggml type {} is not supported", what, type);
-  TQ_CHECK(n >= 0 && n % info->block_size == 0, "{}: {} values is not a multiple of the {} block size {}", what, n,
-           info->name, info->block_size);
-  return *info;
+// The row of a supported type whose blocks n values fill exactly.
+const TypeRow& checked_row(const char* what, uint32_t type, int64_t n) {
+  const TypeRow* r = type_row(type);
+  TQ_CHECK(r, "{}: ggml type {} is not supported", what, type);
+  TQ_CHECK(n >= 0 && n % r->info.block_size == 0, "{}: {} values is not a multiple of the {} block size {}", what,
+           n, r->info.name, r->info.block_size);
+  return *r;
 }
 
 }  // namespace
@@ -236,15 +237,14 @@ bool ggml_type_has_codes(uint32_t type) {
 }
 
 CodeMap unpack_codes(uint32_t type, const void* src, int64_t n, uint8_t* code, float* scale, float* offset) {
-  const GgmlTypeInfo& info = checked_info("unpack_codes", type, n);
-  const TypeRow* u = type_row(type);
-  TQ_CHECK(u->unpack, "unpack_codes: ggml type {} has no integer codes", info.name);
-  u->unpack(static_cast<const uint8_t*>(src), n / info.block_size, Codes{code, scale, offset});
-  return {u->zero, u->has_offset};
+  const TypeRow& u = checked_row("unpack_codes", type, n);
+  TQ_CHECK(u.unpack, "unpack_codes: ggml type {} has no integer codes", u.info.name);
+  u.unpack(static_cast<const uint8_t*>(src), n / u.info.block_size, Codes{code, scale, offset});
+  return {u.zero, u.has_offset};
 }
 
 void dequantize_row(uint32_t type, const void* src_v, float* y, int64_t n) {
-  const GgmlTypeInfo& info = checked_info("dequantize_row", type, n);
+  const TypeRow& u = checked_row("dequantize_row", type, n);
   const auto* src = static_cast<const uint8_t*>(src_v);
   switch (GgmlType(type)) {
     case GgmlType::F32: std::memcpy(y, src, size_t(n) * 4); return;
@@ -257,18 +257,17 @@ void dequantize_row(uint32_t type, const void* src_v, float* y, int64_t n) {
     default: break;
   }
   // Quantized: a super-block at a time through its codes.
-  const TypeRow* u = type_row(type);
-  TQ_ASSERT(u->unpack);
-  const int64_t bs = info.block_size, chunk = 256 / bs;  // blocks per 256 values
+  TQ_ASSERT(u.unpack);
+  const int64_t bs = u.info.block_size, chunk = 256 / bs;  // blocks per 256 values
   uint8_t c[256];
   float s[16], o[16];
   for (int64_t b = 0; b < n / bs; b += chunk, y += 256) {
     const int64_t nb = std::min(chunk, n / bs - b), nv = nb * bs;
-    u->unpack(src + b * info.type_size, nb, Codes{c, s, o});
-    if (u->has_offset)
-      for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u->zero) + o[i / 16];
+    u.unpack(src + b * u.info.type_size, nb, Codes{c, s, o});
+    if (u.has_offset)
+      for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u.zero) + o[i / 16];
     else  // no "+ 0": it would turn −0 into +0
-      for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u->zero);
+      for (int64_t i = 0; i < nv; ++i) y[i] = s[i / 16] * float(int(c[i]) - u.zero);
   }
 }
 
