@@ -7,12 +7,12 @@
 # Each directory experiments/ab/<NAME>/ is an overlay (files at their repository paths,
 # e.g. experiments/ab/A/kernels/src/decode_kernel.cuh from `git show HEAD:kernels/src/decode_kernel.cuh`;
 # `bash experiments/ab_overlay.sh REF NAME` writes every changed kernel/app/GPU-test file of REF)
-# on a copy of the working tree, built in /tmp/src_<NAME>; "C" is the working tree itself
+# on a copy of the working tree (or a whole tree, ab_overlay.sh --tree), built in /tmp/src_<NAME>; "C" is the working tree itself
 # (built with run_kernels.sh <steps>, so "build,test" also runs the GPU tests on it).
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
 # AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), B=32
-# block 16; one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
+# block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
 # lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
 # (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
@@ -28,14 +28,19 @@ for d in experiments/ab/*/; do
   [ -d "$d" ] || continue
   v=$(basename "$d")
   VARS="$VARS $v"
-  rm -rf "/tmp/src_$v" && mkdir -p "/tmp/src_$v" && cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
+  rm -rf "/tmp/src_$v" && mkdir -p "/tmp/src_$v"
+  if [ -f "$d/.ab_tree" ]; then  # a whole tree (ab_overlay.sh --tree): built alone, with the headers in .deps
+    cp -r "$d/." "/tmp/src_$v/" && { [ ! -d "$ROOT/.deps" ] || cp -r "$ROOT/.deps" "/tmp/src_$v/"; }
+  else
+    cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
+  fi
   rm -rf "/tmp/src_$v/build-kernels" "/tmp/src_$v/experiments/ab"
   (cd "/tmp/src_$v" && OUT="$OUT/$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
 done
 bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
 wait
 for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
-SHAPE="--batch 32 --block-size 16"
+SHAPE="--batch 32 --block-size 16 ${AB_ARGS:-}"
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do
   for v in $VARS C; do
