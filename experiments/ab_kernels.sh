@@ -2,7 +2,8 @@
 # A/B timing of kernel variants in one GPU session (the device tool's runs differ by
 # ~0.5% from call to call, so a change is measured against its baseline in the same run).
 #
-#   bash experiments/ab_kernels.sh [steps for the working tree, default build]
+#   bash experiments/ab_kernels.sh [steps for the working tree, default build; "time": time the
+#                                   variants built by an earlier call on this machine, build nothing]
 #
 # Each directory experiments/ab/<NAME>/ is an overlay (files at their repository paths,
 # e.g. experiments/ab/A/kernels/src/decode_kernel.cuh from `git show HEAD:kernels/src/decode_kernel.cuh`;
@@ -28,6 +29,7 @@ for d in experiments/ab/*/; do
   [ -d "$d" ] || continue
   v=$(basename "$d")
   VARS="$VARS $v"
+  [ "${1:-}" = time ] && continue
   rm -rf "/tmp/src_$v" && mkdir -p "/tmp/src_$v"
   if [ -f "$d/.ab_tree" ]; then  # a whole tree (ab_overlay.sh --tree): built alone, with the headers in .deps
     cp -r "$d/." "/tmp/src_$v/" && { [ ! -d "$ROOT/.deps" ] || cp -r "$ROOT/.deps" "/tmp/src_$v/"; }
@@ -37,9 +39,11 @@ for d in experiments/ab/*/; do
   rm -rf "/tmp/src_$v/build-kernels" "/tmp/src_$v/experiments/ab"
   (cd "/tmp/src_$v" && OUT="$OUT/$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
 done
-bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
-wait
-for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
+if [ "${1:-}" != time ]; then
+  bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
+  wait
+  for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
+fi
 SHAPE="--batch 32 --block-size 16 ${AB_ARGS:-}"
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do

@@ -1,10 +1,14 @@
 """What the torch op adds over the raw kernel launch: the same decode_out call
 eager (Python → dispatcher → argument checks → plan → launch) and replayed from
-a CUDA graph (the kernels alone), per call, for a short decode where launch
-overhead matters (B 1, 4K) and the target shape (B 32, 32K).
+a CUDA graph (the kernels alone), per call, for decodes where launch overhead
+matters (B 1 at 512 and 4K tokens) and the target shape (B 32, 32K). "adds" is the
+eager GPU time per call minus the replayed one: what the op costs over its raw
+launches when called back to back (0 while the GPU is busier than the host).
 
-    PYTHONPATH=python python python/examples/bench_op_overhead.py
+    PYTHONPATH=python python python/examples/bench_op_overhead.py [--json FILE]
 """
+import argparse
+import json
 import time
 
 import torch
@@ -26,8 +30,12 @@ def per_call_us(fn, n=200):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="", help="also write one JSON line per shape to this file")
+    a = ap.parse_args()
     fmt, H, HKV, D, bs = "turboquant_4bit_nc", 32, 8, 128, 16
-    for B, T in [(1, 4096), (32, 32768)]:
+    rows = []
+    for B, T in [(1, 512), (1, 4096), (32, 32768)]:
         pages = T // bs
         cache = torch.randint(0, 255, (B * pages, bs, HKV, tq.slot_bytes(fmt, D)), dtype=torch.uint8, device="cuda")
         cache.view(B * pages, bs, HKV, -1)[..., 64:66] = 0  # finite fp16 norms (zero)
@@ -61,9 +69,15 @@ def main():
             g.replay()
         host_graph = (time.perf_counter() - t0) * 1e6 / 20
         torch.cuda.synchronize()
-        print(f"B {B:2d} ctx {T:5d}: GPU per call eager {eager:7.1f} us, graph {graph:7.1f} us; host per call: "
-              f"op {host:5.1f} us, graph replay {host_graph:5.1f} us (the op adds {host - host_graph:+.1f} us of host "
-              f"time, hidden while the GPU is busier than that)")
+        print(f"B {B:2d} ctx {T:5d}: GPU per call eager {eager:7.1f} us, graph {graph:7.1f} us (adds {eager - graph:+.1f}"
+              f" us); host per call: op {host:5.1f} us, graph replay {host_graph:5.1f} us")
+        rows.append({"format": fmt, "batch": B, "heads": H, "kv_heads": HKV, "head_dim": D, "ctx": T, "splits": splits,
+                     "device": torch.cuda.get_device_name(), "torch": torch.__version__, "eager_us": eager,
+                     "graph_us": graph, "adds_us": eager - graph, "host_op_us": host, "host_replay_us": host_graph})
+    if a.json:
+        with open(a.json, "w") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":
