@@ -370,7 +370,7 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
   const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
   tq::Json rows = tq::Json::array();
   tq::Table table({"format", "q_len", "fused_ms", "%copy", "q_len1_ms", "fused/q_len1", "separate_ms", "separate/fused",
-                   "passes"});
+                   "passes", "tiles"});
   for (const auto& name : tq::expand_format_names(a.formats)) {
     if (name == "f16") continue;
     const tq::KvFormat f = tq::make_format(name, a.head_dim);

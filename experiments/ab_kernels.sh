@@ -15,7 +15,9 @@
 # AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), B=32
 # block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
-# lines measured so far).
+# lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
+# (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
+# the variant.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/build-kernels/out}
@@ -51,6 +53,12 @@ for rep in $(seq "${AB_REPS:-2}"); do
     for shape in ${AB_SHAPES:-32,8}; do
       for dim in ${AB_DIMS:-128}; do
         for ctx in ${AB_CTX:-32768}; do
+          if [ -n "${AB_QLEN:-}" ]; then
+            "$bin" $FORMATS $SHAPE --head-dim "$dim" --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" \
+              --q-len "$AB_QLEN" 2>> "$OUT/errors.log" | grep -E '^(turbo|fp8|q[0-9])' |
+              sed "s/^/$v $shape D$dim $ctx /" | tee -a "$OUT/ab.txt"
+            continue
+          fi
           "$bin" $FORMATS $SHAPE --head-dim "$dim" --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" --json \
             2>> "$OUT/errors.log" | python3 -c "
 import json, sys

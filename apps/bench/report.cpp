@@ -64,6 +64,8 @@ void to_json(Json& j, const DecodeReport& r) {
   // query_slices 2: both slices of 8 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)
   j["query_passes"] = d.plan.query_passes;
   j["query_slices"] = d.plan.query_slices;
+  j["column_tiles"] = d.plan.column_tiles;  // q_len > 1: 8-column N-tiles per warp
+  j["threads"] = d.plan.threads;
   j["ctas_per_sm"] = d.plan.ctas_per_sm;
   j["smem_bytes"] = d.plan.smem_bytes;
   j["cache_copies"] = d.copies;
@@ -118,6 +120,7 @@ void to_json(Json& j, const MultiQueryReport& r) {
            {"separate_over_fused", m.separate.median_ms / m.fused.median_ms},
            {"pct_copy", pct(m.gbps, r.copy)},
            {"query_passes", m.plan.query_passes},  // launches over the cache (16 or 8 columns each)
+           {"column_tiles", m.plan.column_tiles},  // 8-column N-tiles per warp (2: 16 columns from each decode)
            {"num_splits", m.plan.num_splits},
            {"copy_gbps", r.copy.gbps},
            {"reps", m.fused.reps}};
@@ -132,7 +135,8 @@ Cells table_cells(const MultiQueryReport& r) {
           fmt::format("{:.2f}", m.fused.median_ms / m.single.median_ms),
           fmt::format("{:.4f}", m.separate.median_ms),
           fmt::format("{:.2f}", m.separate.median_ms / m.fused.median_ms),
-          std::to_string(m.plan.query_passes)};
+          std::to_string(m.plan.query_passes),
+          std::to_string(m.plan.column_tiles)};
 }
 
 bool DumpCheckReport::ok() const {

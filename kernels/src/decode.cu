@@ -377,15 +377,21 @@ struct MqLayout {
   size_t bytes() const { return 2 * piece; }
 };
 
-// Columns of a multi-query launch set: both slices per CTA (16 columns per launch, the cache read
-// ⌈cols / 16⌉ times) where the CTA has the warps for a second slice and every launch gets more
-// than 8 columns; else launches of ≤ 8 columns.
+// Columns of a multi-query launch set: with two N-tiles per warp (tiles = 2), launches of ≤ 16
+// columns, each warp computing all of them (the cache read ⌈cols / 16⌉ times); else both slices per
+// CTA (16 columns per launch) where the CTA has the warps for a second slice and every launch gets
+// more than 8 columns; else launches of ≤ 8 columns.
 struct ColumnChunks {
   int cols = 0;
   bool dual = false;
   int n = 1, base = 0, rem = 0;  // n launches: the first rem of base + 1 columns, the rest of base (the last ≤)
-  ColumnChunks(int columns, int hpc, int cta_warps) : cols(columns) {
+  ColumnChunks(int columns, int hpc, int cta_warps, int tiles) : cols(columns) {
     const int n16 = (cols + 2 * kQueryCols - 1) / (2 * kQueryCols);
+    if (tiles == 2) {  // tile 0 takes columns 0 … 7 of each launch, tile 1 the rest
+      n = n16;
+      base = 2 * kQueryCols;
+      return;
+    }
     dual = cols > kQueryCols && 2 * hpc <= cta_warps && cols / n16 > kQueryCols;
     n = dual ? n16 : (cols + kQueryCols - 1) / kQueryCols;
     base = dual ? cols / n : kQueryCols;
@@ -437,6 +443,15 @@ DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout&
   return v;
 }
 
+// The multi-query kernels' N-tiles per warp for a plan (KernelTraits::kNTiles): 2 where the format
+// has the two-tile kernel (mq_column_tiles), its CTAs hold 8 kv heads and a kv head has
+// more than 8 columns; else 1.
+int plan_column_tiles(const KernelFormat& f, int heads_per_cta, int columns, bool planes) {
+  int tiles = 1;
+  dispatch_decode_format(f, [&](auto cfg) { tiles = mq_column_tiles<decltype(cfg)>(); });
+  return tiles == 2 && heads_per_cta == 8 && columns > kQueryCols && !planes ? 2 : 1;
+}
+
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, int sm_count) {
   const std::string why = decode_can_implement(f, cache, p_in);
   if (!why.empty()) throw_error(why.c_str());
@@ -448,7 +463,8 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
   const bool planes = cache.layout == CacheLayout::planes, sliced = multi || sliced_launches(group);
   // dual: both query slices of 8 < G ≤ 16 in one launch (query_slices); the ring then holds half
   // the sub-tiles per stage (warps_per_head is per slice)
-  auto plan_for = [&](bool dual) {
+  // tiles: N-tiles per warp of the multi-query kernels (2: CTAs of 8 warps)
+  auto plan_for = [&](bool dual, int tiles = 1) {
     DecodePlan plan;
     dispatch_decode_format(f, [&](auto cfg) {
       using C = decltype(cfg);
@@ -458,8 +474,10 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       // LUT (not wide), barriers, centroids
       const int fixed_dyn = (Q::kWide ? int(kLutBytesWide) : 0) + Q::kCtaWarps * Q::D * 4;
       const int static_smem = decode_static_smem<Q>();
+      const int cta_warps = tiles == 2 ? kMqTileWarps : dual ? Q::kCtaWarps / 2 : Q::kCtaWarps;
       plan_layout(cache.n_kv_heads, heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
-                  stage_bytes, stages, false, 2, dual ? Q::kCtaWarps / 2 : Q::kCtaWarps);
+                  stage_bytes, stages, false, 2, cta_warps);
+      plan.column_tiles = tiles;
       if (dual) {
         plan.query_slices = 2;
         plan.threads *= 2;
@@ -473,19 +491,25 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
       }
       plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
       const QuerySlicing slicing = dual ? QuerySlicing::both : sliced ? QuerySlicing::one : QuerySlicing::whole;
-      const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols), plan.heads_per_cta,
-                                plan.warps_per_head, slicing, plan.tensor_map, multi};
+      const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols * tiles), plan.heads_per_cta,
+                                plan.warps_per_head, slicing, plan.tensor_map, multi, tiles};
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
     finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/true);
     return plan;
   };
   if (multi) {  // launches of ColumnChunks; the column buffers ahead of the parts in the workspace
-    const ColumnChunks ch(group, heads, decode_cta_warps(f));
-    DecodePlan plan = plan_for(ch.dual);
+    const int tiles = plan_column_tiles(f, heads, group, planes);
+    const ColumnChunks ch(group, heads, decode_cta_warps(f), tiles);
+    DecodePlan plan = plan_for(ch.dual, tiles);
     plan.query_passes = ch.n;
     plan.q_len = p_in.q_len;
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+    return plan;
+  }
+  if (two_query_slices(group) && plan_column_tiles(f, heads, group, planes) == 2) {  // one launch, 16 columns per warp
+    DecodePlan plan = plan_for(false, 2);
+    plan.query_passes = 1;
     return plan;
   }
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
@@ -544,15 +568,23 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     CUtensorMap map{};
     const bool tm = plan.tensor_map && encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
     if (multi) {  // ColumnChunks launches of the causal kernels
-      const ColumnChunks ch(a.group_stride, plan.heads_per_cta, Q::kCtaWarps);
-      if (ch.dual != (plan.query_slices == 2)) throw_error("paged_decode: plan does not match this shape (use plan_decode)");
+      const ColumnChunks ch(a.group_stride, plan.heads_per_cta, Q::kCtaWarps, plan.column_tiles);
+      if (ch.dual != (plan.query_slices == 2) ||
+          plan.column_tiles != plan_column_tiles(f, plan.heads_per_cta, a.group_stride, planes))
+        throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
-                                  ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true};
+                                  ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};
         const MultiQuery m{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, c0};
         decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
                                 plan.smem_bytes, stream);
       });
+    } else if (plan.column_tiles == 2) {  // 8 < G ≤ 16 in one launch, each warp both 8-column tiles (a.group = G)
+      if (!two_query_slices(a.group) || plan_column_tiles(f, plan.heads_per_cta, a.group, planes) != 2 ||
+          plan.threads != 32 * plan.heads_per_cta * plan.warps_per_head)
+        throw_error("paged_decode: plan does not match this shape (use plan_decode)");
+      const DecodeKernelSel sel{false, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::one, false, false, 2};
+      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
     } else if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
       // (the planner's own test, dual_slices_fit, and its thread count)
       if (!dual_slices_fit(a.group, plan.heads_per_cta, Q::kCtaWarps, planes) ||

@@ -60,6 +60,7 @@ struct DecodeKernelSel {
   QuerySlicing slicing = QuerySlicing::whole;
   bool tensor_map = false;  // tm_copies: one tensor-map box per 16-token half
   bool causal = false;      // multi-query (q_len > 1): the causal kernels (KernelTraits::kCausal)
+  int column_tiles = 1;     // causal: 8-column N-tiles per warp (KernelTraits::kNTiles)
 };
 
 // Multi-query decode (DecodeParams::q_len > 1): the launch's columns are virtual query heads
@@ -164,6 +165,16 @@ struct QCfg {
   }
 };
 
+// N-tiles per warp of the format's kernels for 9 … 16 columns per kv head (KernelTraits::kNTiles):
+// 2 at head_dim ≤ 128 for the formats whose P' is fp16 alone at G > 4 (mse or fp8 keys, uniform
+// values), else 1 (d = 256: the 8-warp kernels already use 200–235 registers).
+constexpr int kMqTileWarps = 8;  // warps per CTA of the two-tile kernels (KernelTraits::kCtaWarps)
+template <class C>
+constexpr int mq_column_tiles() {
+  using Q = QCfg<C>;
+  return !Q::kQjl && !Q::kTurbo && Q::kTB == 1 && Q::D <= 128 ? 2 : 1;
+}
+
 template <class C>
 using TablesFor = std::conditional_t<QCfg<C>::kQjl, DecodeTablesQjl, DecodeTables>;
 
@@ -207,7 +218,8 @@ constexpr bool tm_copies(bool planes, bool sliced, int hpc, int n_kv_heads) {
 // the format, the cache layout, how the query columns are laid out, how many kv heads a CTA
 // holds, and the choices of data layout in registers and shared memory that follow from them.
 // pick_kernel maps a launch's DecodeKernelSel to one of these.
-template <class Fmt, bool Planes, bool Packed, int Heads, QuerySlicing Slicing, bool TensorMap, bool Causal = false>
+template <class Fmt, bool Planes, bool Packed, int Heads, QuerySlicing Slicing, bool TensorMap, bool Causal = false,
+          int NTiles = 1>
 struct KernelTraits {
   using C = Fmt;
   using Q = QCfg<Fmt>;
@@ -223,8 +235,15 @@ struct KernelTraits {
   static constexpr QuerySlicing kSlicing = Slicing;
   static constexpr bool kSliced = Slicing != QuerySlicing::whole;  // columns are a slice of G > 8 (dev::query_head)
   static constexpr int kSlices = Slicing == QuerySlicing::both ? 2 : 1;  // query slices per CTA
+  // 8 < columns ≤ 16 per kv head (G, or q_len · G): N-tiles of 8 query columns per warp, each
+  // decoded key and value fragment feeding the MMAs of all of them (2: 16 columns per warp). A
+  // second tile's value accumulators and query fragments take about 80 registers beyond the 128
+  // that 16 warps per SM allow, so its CTAs have 8 warps, one per SM (255 registers: 250 at d 128,
+  // 4bit_nc).
+  static constexpr int kNTiles = NTiles;
+  static constexpr int kCtaWarps = NTiles > 1 ? kMqTileWarps : Q::kCtaWarps;
   // warps per head (= 32-token sub-tiles per stage) at compile time, or 0: DecodeArgs::warps_per_head
-  static constexpr int kWarpsPerHead = Heads > 0 ? Q::kCtaWarps / (kSlices * Heads) : 0;
+  static constexpr int kWarpsPerHead = Heads > 0 ? kCtaWarps / (kSlices * Heads) : 0;
   // each 16-token half of the ring is one box of the tensor map in DecodeTablesTm (tm_copies)
   static constexpr bool kTensorMap = TensorMap;
   // multi-query: per-column causal limits (MultiQuery, CausalTables); sub-tiles that reach past the
@@ -244,6 +263,9 @@ struct KernelTraits {
   // stays a weighted mean of the values (each weight off by at most half an fp16 ulp of p·scale).
   static constexpr bool kHiOnlyP = !Packed && !Q::kQjl && Q::kTB == 1;
   static constexpr int kPSets = kHiOnlyP ? 1 : kQSets;  // P' fragment sets the value MMAs use
+  static_assert(NTiles == 1 || (NTiles == 2 && Slicing == QuerySlicing::one && !Planes && !TensorMap && kHiOnlyP &&
+                                mq_column_tiles<Fmt>() == 2),
+                "two N-tiles per warp: sliced kernels of the formats mq_column_tiles names");
 
   // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key and takes its
   // pairs' LUT addresses with run_lut_addrs

@@ -7,7 +7,9 @@
 // heads): heads × warps_per_head warps; warp (h, w) owns head h of 32-token sub-tile w of every
 // ring stage and keeps its own softmax state (one "part" of the log-sum-exp merge). (8 < G ≤ 16
 // query heads per kv head: a second heads × warps_per_head warps may compute columns 8 … G − 1
-// from the same stages: QuerySlicing::both.)
+// from the same stages: QuerySlicing::both. Multi-query kernels with two N-tiles per warp,
+// KernelTraits::kNTiles: 8 warps, one per kv head, each computing 16 query columns from every key
+// and value fragment it decodes.)
 //
 // The pipeline, per CTA:
 //   prologue  : block-table entries and query loads (decode_query.cuh), the ring's first stages
@@ -59,7 +61,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   using Q = typename K::Q;
   constexpr int D = K::D;
   constexpr bool kPacked = K::kPacked, kValuePairs = K::kValuePairs;
-  constexpr int kHeads = K::kHeads, kSlices = K::kSlices, kQSets = K::kQSets;
+  constexpr int kHeads = K::kHeads, kSlices = K::kSlices, kQSets = K::kQSets, kNT = K::kNTiles;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(16) uint32_t lut_static[Q::kLut && !Q::kWide ? Q::kLutEntries * Q::kLutCopies : 2];
   // wide: the LUT sits 64 KB below ring_hi (at kLutAddr, or kLutAddr2 when the ring needs the room: RingLayout)
@@ -74,6 +76,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // the warp's columns (read from the parameters at each use where kSlices = 1: a copy kept in a
   // register moved ptxas's schedules)
   auto group = [&] { return kSlices == 1 ? a.group : min(8, a.group - g0); };
+  // N-tile n's columns 8n … (kNT = 1: group())
+  auto tile_group = [&](int n) { return kNT == 1 ? group() : min(8, group() - 8 * n); };
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = kSub * warps_per_head;
   // every warp: the same
@@ -87,14 +91,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int kvh = hg * heads + hl;
   const int r = lane >> 2, p = lane & 3;
   const int S = a.stages;
-  // kCausal: positions < cut[c] are visible to the lane's column c (packed: heads 2(p & 1) + c, else
-  // 2p + c of the warp's columns), positions < cut_lo to every column of the warp
-  [[maybe_unused]] int cut[2] = {0, 0}, cut_lo = 0;
+  // kCausal: positions < cut[n][c] are visible to the lane's column c of N-tile n (packed: heads
+  // 2(p & 1) + c, else 2p + c of the tile's columns), positions < cut_lo to every column of the warp
+  [[maybe_unused]] int cut[kNT][2] = {{0, 0}}, cut_lo = 0;
   if constexpr (K::kCausal) {
     const MultiQuery& mq = t.mq;
     const int end = a.seq_lens[b] - mq.q_len + 1, c0 = mq.col0 + g0;
 #pragma unroll
-    for (int c = 0; c < 2; ++c) cut[c] = end + (c0 + (kPacked ? 2 * (p & 1) : 2 * p) + c) / mq.group;
+    for (int n = 0; n < kNT; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) cut[n][c] = end + (c0 + 8 * n + (kPacked ? 2 * (p & 1) : 2 * p) + c) / mq.group;
     cut_lo = end + c0 / mq.group;
   }
 
@@ -141,13 +147,21 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // the LUTs and the rotated query fragments (overlap the first loads)
   build_key_lut<C>(lut, s_cen, tid, nthreads, nwarps);
   build_sign_lut<C>(slut, tid, nthreads);
-  typename K::QFrags qf;
+  typename K::QFrags qf[kNT];  // per N-tile
 #pragma unroll
-  for (int n = 0; n < kQSets; ++n)
+  for (int n = 0; n < kNT; ++n)
 #pragma unroll
-    for (int ks = 0; ks < Q::kKSteps; ++ks) qf[n][ks][0] = qf[n][ks][1] = 0u;
+    for (int j = 0; j < kQSets; ++j)
+#pragma unroll
+      for (int ks = 0; ks < Q::kKSteps; ++ks) qf[n][j][ks][0] = qf[n][j][ks][1] = 0u;
   [[maybe_unused]] typename K::QjlFrags q2f = {};  // turbo4-qjl: the fragments of q″ = R q′, as qf
-  query_frags<K>(t, q_row, group, qraw, lane, r, p, qbuf, qf, q2f);
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+    auto tile_row = [&](int g) { return q_row(8 * n + g); };
+    auto tile_cols = [&] { return tile_group(n); };
+    // (a launch's last tile may have no columns: its rows would lie past the launch's, even past q)
+    if (n == 0 || tile_group(n) > 0) query_frags<K>(t, tile_row, tile_cols, qraw, lane, r, p, qbuf, qf[n], q2f);
+  }
 
   // score → log2-domain logit (LogitConsts)
   float qjl_k = 0.f;
@@ -191,12 +205,14 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   __syncthreads();  // LUT complete
 
   // ---- main loop ----
-  typename K::Acc acc;
+  typename K::Acc acc[kNT];  // per N-tile
 #pragma unroll
-  for (int i = 0; i < K::kAccTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  for (int n = 0; n < kNT; ++n)
+#pragma unroll
+    for (int i = 0; i < K::kAccTiles; ++i) acc[n][i][0] = acc[n][i][1] = acc[n][i][2] = acc[n][i][3] = 0.f;
   [[maybe_unused]] typename K::QjlAcc acc2 = {};  // turbo4-qjl: Σ P″ · (±1), rotated by R⁻¹ at the end
-  Softmax32 sm;
-  float zs[2] = {0.f, 0.f};  // Σ p·zero (per-lane partials)
+  Softmax32 sm[kNT];
+  float zs[kNT][2] = {{0.f, 0.f}};  // Σ p·zero (per-lane partials)
   int s = 0, sp = S - 1;            // stage of this iteration, of the previous one
   uint32_t ph = 0u, php = 1u;        // their use parities
   for (int it = 0; it < rg.tiles; ++it) {
@@ -224,32 +240,35 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
                               smem + (ring.piece(2 * (s * warps_per_head + ws) + 1) - dyn_base)};  // the two halves
 
       // ---- scores of both halves ----
-      typename K::Scores sa = {};
+      typename K::Scores sa[kNT] = {};
       [[maybe_unused]] typename K::QjlScores sq = {};
       [[maybe_unused]] float qa[2][4] = {}, qb[2][4] = {};  // Σc² (mse keys)
       key_scores<K, KO>(hb, rm, tr, p, ro, lut_lane, slut_lane, qf, q2f, sa, sq, qa, qb);
 
       // ---- softmax and the P' fragments ----
-      [[maybe_unused]] typename K::PFrags pb;       // P' fragments
+      [[maybe_unused]] typename K::PFrags pb[kNT];  // P' fragments (per N-tile)
       [[maybe_unused]] typename K::PairPFrags pbv;  // kValuePairs: the B of k-step j
       [[maybe_unused]] typename K::QjlPFrags pq;    // turbo4-qjl: P″ fragments
-      float alpha[2] = {1.f, 1.f};
-      bool fast;  // no logit above the running maxima: α = 1, no rescale
-      [[maybe_unused]] const int ccut[2] = {cut[0] - t0, cut[1] - t0};  // kCausal: rows < ccut[c] visible
-      if constexpr (kPacked)
-        fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb, sm, zs,
-                                            alpha, pb, pq, pbv);
-      else
-        fast = column_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb, sm, zs,
-                                            alpha, pb, pq, pbv);
-      // ---- values: acc = acc·α + Σ_halves A·P' ----
-      // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
-      // straight into acc and the rescale runs only when a running max moved (α ≠ 1
-      // somewhere in the warp: rare after the first tiles).
-      if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
-        rescale_acc(acc, alpha);
-        if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, alpha);
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) {
+        float alpha[2] = {1.f, 1.f};
+        bool fast;  // no logit above the running maxima: α = 1, no rescale
+        [[maybe_unused]] const int ccut[2] = {cut[n][0] - t0, cut[n][1] - t0};  // kCausal: rows < ccut[c] visible
+        if constexpr (kPacked)
+          fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa[n], sq, qa, qb,
+                                              sm[n], zs[n], alpha, pb[n], pq, pbv);
+        else
+          fast = column_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa[n], sq, qa, qb,
+                                              sm[n], zs[n], alpha, pb[n], pq, pbv);
+        // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
+        // straight into acc and the rescale runs only when a running max moved (α ≠ 1
+        // somewhere in the warp: rare after the first tiles).
+        if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
+          rescale_acc(acc[n], alpha);
+          if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, alpha);
+        }
       }
+      // ---- values: acc = acc·α + Σ_halves A·P' (each decoded fragment into every N-tile) ----
       accumulate_values<K>(hb, rm, tv, r, vs, vw, v_off, lut_lane, slut_lane, pb, pq, pbv, acc, acc2);
     };
     using RunTime = std::integral_constant<int, -1>;
@@ -285,22 +304,29 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // (Signalled at the start of the main loop, the waiting merge CTAs would take SM slots from it.)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
-  write_parts<K>(a, t, acc, acc2, sm, zs, qbuf, s_row, group, lane, r, p, v_s, warps_per_head, ws, kvh, g0);
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) {
+    auto tile_cols = [&] { return tile_group(n); };
+    write_parts<K>(a, t, acc[n], acc2, sm[n], zs[n], qbuf, s_row, tile_cols, lane, r, p, v_s, warps_per_head, ws, kvh,
+                   g0 + 8 * n);
+  }
 }
 
-template <class C>
+// CTAs per SM the kernel's registers are sized for (__launch_bounds__)
+template <class K>
 constexpr int decode_min_ctas() {
-  return QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 ? 1 : 2;
+  using C = typename K::C;
+  return QCfg<C>::kWide || QCfg<C>::kQjl || C::kD >= 256 || K::kNTiles > 1 ? 1 : 2;
 }
 template <class K>
-__global__ void __launch_bounds__(32 * K::Q::kCtaWarps, decode_min_ctas<typename K::C>())
+__global__ void __launch_bounds__(32 * K::kCtaWarps, decode_min_ctas<K>())
     decode_kernel(DecodeArgs a, TablesFor<typename K::C> t, const uint8_t* __restrict__ cache) {
   static_assert(!K::kTensorMap && !K::kCausal, "decode_kernel_tm / decode_kernel_causal");
   decode_body<K>(a, t, cache);
 }
 // The multi-query variant (K::kCausal): the tables carry MultiQuery.
 template <class K>
-__global__ void __launch_bounds__(32 * K::Q::kCtaWarps, decode_min_ctas<typename K::C>())
+__global__ void __launch_bounds__(32 * K::kCtaWarps, decode_min_ctas<K>())
     decode_kernel_causal(DecodeArgs a, CausalTables<TablesFor<typename K::C>> t, const uint8_t* __restrict__ cache) {
   static_assert(K::kCausal && !K::kTensorMap, "decode_kernel / decode_kernel_tm");
   decode_body<K>(a, t, cache);
@@ -308,7 +334,7 @@ __global__ void __launch_bounds__(32 * K::Q::kCtaWarps, decode_min_ctas<typename
 // The tensor-map variant: the map is read by address, so the parameter is __grid_constant__ (a
 // separate kernel: on every kernel's tables it moved ptxas's schedules).
 template <class K>
-__global__ void __launch_bounds__(32 * K::Q::kCtaWarps, decode_min_ctas<typename K::C>())
+__global__ void __launch_bounds__(32 * K::kCtaWarps, decode_min_ctas<K>())
     decode_kernel_tm(DecodeArgs a, const __grid_constant__ DecodeTablesTm t, const uint8_t* __restrict__ cache) {
   static_assert(K::kTensorMap, "decode_kernel");
   decode_body<K>(a, t, cache);
@@ -377,6 +403,14 @@ void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   using Both = std::integral_constant<QuerySlicing, QuerySlicing::both>;
   using One = std::integral_constant<QuerySlicing, QuerySlicing::one>;
   constexpr int kSlicesBoth = 2;
+  if constexpr (mq_column_tiles<C>() == 2) {  // 16 columns per warp, 8 warps of one head each
+    if (sel.column_tiles == 2) {
+      if (sel.heads_per_cta != 8 || sel.warps_per_head != 1 || sel.slicing != QuerySlicing::one)
+        throw_error("paged_decode: no two-tile multi-query kernel for this plan (internal)");
+      return fn(decode_kernel_causal<KernelTraits<C, false, false, 8, QuerySlicing::one, false, true, 2>>);
+    }
+  }
+  if (sel.column_tiles != 1) throw_error("paged_decode: no two-tile multi-query kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
     if (sel.heads_per_cta == 8) {
       if (sel.slicing == QuerySlicing::both && sel.warps_per_head == QCfg<C>::kCtaWarps / (kSlicesBoth * 8))
@@ -392,6 +426,14 @@ void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
 template <class C, class Fn>
 void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   if (sel.causal) return pick_causal_kernel<C>(sel, fn);
+  if (sel.column_tiles != 1) {  // 8 < G ≤ 16, one launch, 16 columns per warp (8 warps, 8 heads per CTA)
+    if constexpr (mq_column_tiles<C>() == 2) {
+      if (sel.heads_per_cta == 8 && sel.warps_per_head == 1 && sel.slicing == QuerySlicing::one && !sel.planes &&
+          !sel.tensor_map && sel.column_tiles == 2)
+        return fn(decode_kernel<KernelTraits<C, false, false, 8, QuerySlicing::one, false, false, 2>>);
+    }
+    throw_error("paged_decode: no two-tile kernel for this format or plan (internal)");
+  }
   if (sel.slicing == QuerySlicing::both) return pick_kernel<C, QuerySlicing::both, 8>(sel, fn);
   if (sel.slicing == QuerySlicing::one) return pick_kernel<C, QuerySlicing::one, 8>(sel, fn);
   pick_kernel<C, QuerySlicing::whole, 8, 4, 16, 2>(sel, fn);

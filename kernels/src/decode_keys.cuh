@@ -156,13 +156,13 @@ __device__ __forceinline__ void build_sign_lut(uint2* slut, int tid, int nthread
 }
 
 // The scores of both 16-token halves of a sub-tile (hb: the halves' bases) for this lane's rows:
-// sa (and turbo4-qjl's sign term sq) per turbo block, half and hi/lo set, and the mse keys' Σ x²
+// sa (per N-tile of query columns; turbo4-qjl's sign term sq) per turbo block, half and hi/lo set, and the mse keys' Σ x²
 // per token (qa; d = 256: the Gram's two diagonals qa, qb). KO ≥ 0: the warp's key slots start KO
 // bytes into a word (KernelTraits::kKeyOffBodies), ro the run offset otherwise.
 template <class K, int KO>
 __device__ __forceinline__ void key_scores(const uint8_t* const (&hb)[2], const RowMap& rm, int tr, int p, uint32_t ro,
-                                           uint32_t lut_lane, uint32_t slut_lane, const typename K::QFrags& qf,
-                                           const typename K::QjlFrags& q2f, typename K::Scores& sa,
+                                           uint32_t lut_lane, uint32_t slut_lane, const typename K::QFrags (&qf)[K::kNTiles],
+                                           const typename K::QjlFrags& q2f, typename K::Scores (&sa)[K::kNTiles],
                                            typename K::QjlScores& sq, float (&qa)[2][4], float (&qb)[2][4]) {
   using Q = typename K::Q;
   using Keys = typename Q::Keys;
@@ -223,8 +223,12 @@ __device__ __forceinline__ void key_scores(const uint8_t* const (&hb)[2], const 
           key_frag<Q, kPlanes>(kw[h][0], h2, lut_lane, af[0], af[2]);
           key_frag<Q, kPlanes>(kw[h][1], h2, lut_lane, af[1], af[3]);
         }
-        dev::mma_16816(sa[tb][h][0], af, qf[0][ks][0], qf[0][ks][1]);
-        if constexpr (!kPacked) dev::mma_16816(sa[tb][h][kQSets - 1], af, qf[kQSets - 1][ks][0], qf[kQSets - 1][ks][1]);
+#pragma unroll
+        for (int n = 0; n < K::kNTiles; ++n) {  // every N-tile from the same A fragment
+          dev::mma_16816(sa[n][tb][h][0], af, qf[n][0][ks][0], qf[n][0][ks][1]);
+          if constexpr (!kPacked)
+            dev::mma_16816(sa[n][tb][h][kQSets - 1], af, qf[n][kQSets - 1][ks][0], qf[n][kQSets - 1][ks][1]);
+        }
         if constexpr (Keys::kSignTerm) {  // the sign nibble of k-step h2 (w[1]: the 8 dims' sign byte)
           uint32_t zf[4];
           sign_frag<Q::kSignLut>(kw[h][0][1], 4 * h2, slut_lane, zf[0], zf[2]);

@@ -38,23 +38,10 @@ __host__ __device__ constexpr int value_code_bit(int j) {
 // One sub-tile's value stage for this lane: hb, the halves' bases; vp, the value codes of the tokens
 // of k-slots 2p, 2p + 1, 2p + 8, 2p + 9 at lane row r (per half); vw: the warp's codes start 2 bytes
 // into a word and lane row 7 then wraps (kValueWords, kValuePairs); v_off: kValuePairs' word offsets;
-// pb, pq, pbv: the P' fragments (turbo4-qjl's sign term: pq; kValuePairs: pbv); acc (turbo4-qjl: acc2)
-// the sums they go into.
+// pb, pq, pbv: the P' fragments (per N-tile; turbo4-qjl's sign term: pq; kValuePairs: pbv); acc (per
+// N-tile; turbo4-qjl: acc2) the sums they go into.
 template <class K>
-struct ValueTile {
-  const uint8_t* const (&hb)[2];
-  const RowMap& rm;
-  const uint8_t* const (&vp)[2][4];
-  int r;
-  bool vw;
-  const int (&v_off)[2];
-  uint32_t lut_lane, slut_lane;
-  const typename K::PFrags& pb;
-  const typename K::QjlPFrags& pq;
-  const typename K::PairPFrags& pbv;
-  typename K::Acc& acc;
-  typename K::QjlAcc& acc2;
-};
+struct ValueTile;
 
 // ac += the A fragments of both halves (a0, a1) times the P' fragments pf of the m-tile's dims
 template <class K>
@@ -66,6 +53,27 @@ __device__ __forceinline__ void fold_halves(const uint32_t (&pf)[2][K::kQSets][2
     dev::mma_16816(ac, a1, pf[1][n][0], pf[1][n][1]);
   }
 }
+
+template <class K>
+struct ValueTile {
+  const uint8_t* const (&hb)[2];
+  const RowMap& rm;
+  const uint8_t* const (&vp)[2][4];
+  int r;
+  bool vw;
+  const int (&v_off)[2];
+  uint32_t lut_lane, slut_lane;
+  const typename K::PFrags (&pb)[K::kNTiles];
+  const typename K::QjlPFrags& pq;
+  const typename K::PairPFrags& pbv;
+  typename K::Acc (&acc)[K::kNTiles];
+  typename K::QjlAcc& acc2;
+  // value m-tile i of every N-tile += both halves' A fragments (a0, a1) × that tile's P' of turbo block tb
+  __device__ __forceinline__ void fold(int tb, int i, const uint32_t (&a0)[4], const uint32_t (&a1)[4]) const {
+#pragma unroll
+    for (int n = 0; n < K::kNTiles; ++n) fold_halves<K>(pb[n][tb], acc[n][i], a0, a1);
+  }
+};
 
 template <ValueKind Kind, int Bits>
 struct ValueCodec;  // one specialization per value codec of TQ_GPU_CODECS
@@ -123,7 +131,7 @@ struct ValueCodec<ValueKind::uniform, 4> : UniformValues {
         };
         const uint32_t af[4] = {nib(x[j][0][i >> 1], 0), nib(x[j][0][i >> 1], 1), nib(x[j][1][i >> 1], 0),
                                 nib(x[j][1][i >> 1], 1)};
-        dev::mma_16816(v.acc[i], af, v.pbv[j][0], v.pbv[j][1]);
+        dev::mma_16816(v.acc[0][i], af, v.pbv[j][0], v.pbv[j][1]);  // (packed: one N-tile)
       }
   }
   // Unit slot w: 4 dims of each token → m-tiles 2w, 2w+1. wab / wcd: the slot's 16 bits of the
@@ -179,7 +187,7 @@ struct ValueCodec<ValueKind::uniform, 4> : UniformValues {
           af[h][2] = xcd & 0x000f000fu;
           af[h][3] = xcd & 0x00f000f0u;
         }
-        fold_halves<K>(v.pb[0], v.acc[2 * w + m], af[0], af[1]);
+        v.fold(0, 2 * w + m, af[0], af[1]);
       }
     }
   }
@@ -205,7 +213,7 @@ struct ValueCodec<ValueKind::uniform, 3> : UniformValues {
       for (int i = 0; i < K::D / 16; ++i) {
         const uint32_t a0[4] = {code(0, 0, 2 * i), code(0, 0, 2 * i + 1), code(0, 1, 2 * i), code(0, 1, 2 * i + 1)};
         const uint32_t a1[4] = {code(1, 0, 2 * i), code(1, 0, 2 * i + 1), code(1, 1, 2 * i), code(1, 1, 2 * i + 1)};
-        fold_halves<K>(v.pb[0], v.acc[i], a0, a1);
+        v.fold(0, i, a0, a1);
       }
     };
     if constexpr (NB % 2 == 0) {
@@ -283,7 +291,7 @@ __device__ __forceinline__ void accumulate_turbo_blocks(const ValueTile<K>& v) {
     for (int e = 0; e < 2; ++e) {
       uint32_t af[2][4];
       pair_a(x, e, af);
-      fold_halves<K>(v.pb[w / 4], v.acc[2 * w + e], af[0], af[1]);
+      v.fold(w / 4, 2 * w + e, af[0], af[1]);
       if constexpr (Codec::kSignTerm) {
         pair_a(z, e, af);
         fold_halves<K>(v.pq[w / 4], v.acc2[2 * w + e], af[0], af[1]);

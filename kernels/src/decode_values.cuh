@@ -14,15 +14,15 @@ namespace tq::cuda {
 namespace {
 
 // acc (and turbo4-qjl's acc2) += the sub-tile's values times its P' fragments (pb, pq; kValuePairs:
-// pbv), through the format's ValueCodec. hb: the halves' bases; tv: the token of k-slot 2p; vs, vw: the
+// pbv; pb and acc: one per N-tile), through the format's ValueCodec. hb: the halves' bases; tv: the token of k-slot 2p; vs, vw: the
 // warp's codes start 2 bytes into a word, and lane row 7 then wraps (kValueWords, kValuePairs); v_off:
 // kValuePairs' word offsets.
 template <class K>
 __device__ __forceinline__ void accumulate_values(const uint8_t* const (&hb)[2], const RowMap& rm, int tv, int r, int vs,
                                                   bool vw, const int (&v_off)[2], uint32_t lut_lane, uint32_t slut_lane,
-                                                  const typename K::PFrags& pb, const typename K::QjlPFrags& pq,
-                                                  const typename K::PairPFrags& pbv, typename K::Acc& acc,
-                                                  typename K::QjlAcc& acc2) {
+                                                  const typename K::PFrags (&pb)[K::kNTiles],
+                                                  const typename K::QjlPFrags& pq, const typename K::PairPFrags& pbv,
+                                                  typename K::Acc (&acc)[K::kNTiles], typename K::QjlAcc& acc2) {
   using Q = typename K::Q;
   using Values = typename Q::Values;
   static_assert(!Values::kBlocks || (Q::Keys::kBlocks && Values::kSignTerm == Q::Keys::kSignTerm),

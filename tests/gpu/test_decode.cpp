@@ -436,12 +436,13 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
   };
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
   // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8: column slices of ≤ 8 — for
-  // 8 < G ≤ 16 both in one launch where the CTA has twice its heads' warps (the quantized
+  // 8 < G ≤ 16 one launch with two N-tiles per warp (mse / fp8 keys with uniform values at 8 heads
+  // per CTA), or both slices in one launch where the CTA has twice its heads' warps (the quantized
   // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
   // stage-1 launches; at 8 < G ≤ 12 one launch only while a work item is ≤ 2048 tokens (with
   // these lengths, ≤ 2049, every auto split count; one split of 2049 is not): (96,8) G=12 (8 + 4;
-  // with one split two launches, the second packed), (128,8) G=16 (k8v4 and turbo4-qjl: two
-  // launches), also with one split (parts = 1 where a head has one warp: the slices write out
+  // with one split two launches, the second packed; two-tile formats: one launch), (128,8) G=16
+  // (turbo4-qjl: two launches), also with one split (parts = 1 where a head has one warp: the slices write out
   // directly), (26,2) G=13 (8 + 5, run-time heads), (20,1) G=20 (8 + 8 + 4), (192,8) G=24 (three
   // launches of 8-head CTAs).
   for (const auto& fmt :
@@ -462,15 +463,20 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
         // warps per CTA: 16 for mse / turbo2/3/4 keys at head_dim ≤ 128, 8 for the rest (and FP16)
         const bool f16 = fmt == "f16";
         const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
-        // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp), the quantized decode at
-        // 8 < G ≤ 16 where the CTA has a second set of warps for the second slice — at G ≤ 12
+        // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp); the quantized decode at
+        // 8 < G ≤ 16 with two N-tiles per warp (mse / fp8 keys with uniform values, 8 heads per CTA:
+        // 8 warps), else where the CTA has a second set of warps for the second slice — at G ≤ 12
         // only with short work items (not one split of 2049 tokens)
+        const bool tiles2 = (fmt == "turboquant_4bit_nc" || fmt == "turboquant_k8v4") && g > 8 && g <= 16 &&
+                            plan.heads_per_cta == 8;
         const bool dual = f16 ? g > 8 && g <= 16
-                              : g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps && (g > 12 || h.splits != 1);
+                              : !tiles2 && g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps &&
+                                    (g > 12 || h.splits != 1);
+        REQUIRE(plan.column_tiles == (tiles2 ? 2 : 1));
         REQUIRE(plan.query_slices == (dual ? 2 : 1));
-        REQUIRE(plan.query_passes == (dual ? 1 : (g + 7) / 8));
+        REQUIRE(plan.query_passes == (dual || tiles2 ? 1 : (g + 7) / 8));
         REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
-        if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * warps);  // every warp of the kernel
+        if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * (tiles2 ? 8 : warps));  // every warp of the kernel
         if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
       });
     }
@@ -838,8 +844,8 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
     run_decode(c);
     c.lens = {1, 17, 40};
     c.splits = 2;
-    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: both slices in one launch, compile-time heads;
-                 // k8v4 / turbo4-qjl: two launches)
+    c.hq = 128;  // G = 16 over 8 kv heads (8 heads per CTA: mse / fp8 keys with uniform values two N-tiles
+                 // per warp; turbo keys both slices in one launch, compile-time heads; turbo4-qjl: two launches)
     c.hkv = 8;
     run_decode(c);
     if (fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // 10 kv heads in one CTA (the 8-warp kernels refuse)
@@ -865,10 +871,11 @@ static void run_multi_query(const std::string& fmt, bool quick) {
   struct Shape {
     int hq, hkv, d;
   };
-  // G 4 (32/8: 16-column launches for q_len 4), G 1 (MHA), G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 / 256
+  // G 4 (32/8: 16-column launches for q_len 4, two N-tiles per warp where the format has them), G 1 (MHA),
+  // G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 (8 kv heads: the two-tile kernel) / 256
   const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}, {8, 2, 128}}
                                           : std::vector<Shape>{{32, 8, 128}, {8, 8, 128}, {64, 8, 128}, {12, 2, 128},
-                                                               {16, 4, 64}, {16, 2, 256}};
+                                                               {16, 4, 64}, {32, 8, 64}, {16, 2, 256}};
   for (const auto& sh : shapes)
     for (const int q_len : quick ? std::vector<int>{2, 5} : std::vector<int>{2, 4, 7, 16, 33}) {
       c.hq = sh.hq;
@@ -936,6 +943,40 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
   c.lens = {700, 3000, 64};
   c.splits = 4;
   check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
+}
+
+// Which multi-query kernels the planner takes: two 8-column N-tiles per warp in CTAs of 8 warps (one
+// per kv head) for the mse / fp8-key formats at 8 heads per CTA and more than 8 columns per kv head,
+// launches of ≤ 16 columns; else the one-tile kernels.
+TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format has them", "[decode][multi][quick]") {
+  struct Want {
+    const char* fmt;
+    int d, hq, hkv, q_len, tiles, passes;
+  };
+  const Want wants[] = {
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1},   // 16 columns: one launch
+      {"turboquant_k3v4_nc", 128, 32, 8, 5, 2, 2},   // 20: 16 + 4
+      {"turboquant_3bit_nc", 64, 32, 8, 16, 2, 4},   // 64: four launches of 16
+      {"turboquant_k8v4", 128, 64, 8, 2, 2, 1},      // G 8, 16 columns
+      {"turboquant_4bit_nc", 128, 32, 8, 2, 1, 1},   // 8 columns: one tile
+      {"turboquant_4bit_nc", 128, 8, 2, 4, 1, 1},    // 2 kv heads per CTA: the one-tile kernels, both slices
+      {"turbo3", 128, 32, 8, 4, 1, 1},               // turbo values: one tile (both slices, 16 warps)
+  };
+  for (const Want& w : wants) {
+    DecodeCase c;
+    c.fmt = w.fmt;
+    c.d = w.d;
+    c.hq = w.hq;
+    c.hkv = w.hkv;
+    c.q_len = w.q_len;
+    c.lens = {w.q_len + 40, 300};
+    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len);
+    run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+      REQUIRE(plan.column_tiles == w.tiles);
+      REQUIRE(plan.query_passes == w.passes);
+      if (w.tiles == 2) REQUIRE((plan.threads == 256 && plan.heads_per_cta == 8 && plan.warps_per_head == 1));
+    });
+  }
 }
 
 TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][quick]") {

@@ -91,6 +91,9 @@ struct DecodePlan {
   size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
                                // (q_len > 1: preceded by the queries and outputs in column order)
   int q_len = 1;               // the DecodeParams::q_len planned for
+  int column_tiles = 1;        // 8-column N-tiles per warp (2: 16 query columns per warp from each decoded key
+                               // and value, CTAs of 8 warps: mse or fp8 keys with uniform values at head_dim
+                               // ≤ 128, 8 heads per CTA, and 8 < G ≤ 16 or q_len · G > 8 columns per kv head)
   int balance_slots = 0;  // quantized, auto splits, one head group: > 0 when the planner deals the tokens out in
                           // chunks of ⌈Σ tiles / balance_slots⌉ with every sequence's short last chunk on the CTA
                           // slots a one-wave grid leaves idle (B 32 on 132 SMs: 128 CTAs leave 4); items is then
