@@ -152,6 +152,9 @@ struct PageRing {
       }
       return;
     }
+    // not unrolled: the compiler unrolls this loop where runs folds to 16, ~800 SASS instructions per
+    // kernel in a path taken once per refill, and at 16 heads per CTA the allocation then spills
+#pragma unroll 1
     for (int c0 = 0; c0 < halves * runs; c0 += 32) {
       const int c = c0 + lane;
       const int hx = min(c / runs, halves - 1), k = c - hx * runs;  // half (sub-tile hx/2, half hx%2), run k
