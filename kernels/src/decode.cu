@@ -446,10 +446,14 @@ DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout&
 // The multi-query kernels' N-tiles per warp for a plan (KernelTraits::kNTiles): 2 where the format
 // has the two-tile kernel (mq_column_tiles), its CTAs hold 8 kv heads and a kv head has
 // more than 8 columns; else 1.
+template <class C>
+int column_tiles(int heads_per_cta, int columns, bool planes) {
+  return mq_column_tiles<C>() == 2 && heads_per_cta == 8 && columns > kQueryCols && !planes ? 2 : 1;
+}
 int plan_column_tiles(const KernelFormat& f, int heads_per_cta, int columns, bool planes) {
   int tiles = 1;
-  dispatch_decode_format(f, [&](auto cfg) { tiles = mq_column_tiles<decltype(cfg)>(); });
-  return tiles == 2 && heads_per_cta == 8 && columns > kQueryCols && !planes ? 2 : 1;
+  dispatch_decode_format(f, [&](auto cfg) { tiles = column_tiles<decltype(cfg)>(heads_per_cta, columns, planes); });
+  return tiles;
 }
 
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, int sm_count) {
@@ -570,7 +574,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     if (multi) {  // ColumnChunks launches of the causal kernels
       const ColumnChunks ch(a.group_stride, plan.heads_per_cta, Q::kCtaWarps, plan.column_tiles);
       if (ch.dual != (plan.query_slices == 2) ||
-          plan.column_tiles != plan_column_tiles(f, plan.heads_per_cta, a.group_stride, planes))
+          plan.column_tiles != column_tiles<C>(plan.heads_per_cta, a.group_stride, planes))
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
@@ -580,7 +584,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
                                 plan.smem_bytes, stream);
       });
     } else if (plan.column_tiles == 2) {  // 8 < G ≤ 16 in one launch, each warp both 8-column tiles (a.group = G)
-      if (!two_query_slices(a.group) || plan_column_tiles(f, plan.heads_per_cta, a.group, planes) != 2 ||
+      if (!two_query_slices(a.group) || column_tiles<C>(plan.heads_per_cta, a.group, planes) != 2 ||
           plan.threads != 32 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       const DecodeKernelSel sel{false, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::one, false, false, 2};

@@ -392,6 +392,20 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
 // The multi-query kernels (sel.causal): sliced columns (a launch's columns are a slice of the
 // virtual heads), unpacked, one or both slices per CTA; 8 heads per CTA at compile time for the
 // wide-LUT formats (the 8-kv-head models' CTAs), else at run time; no plane layout, no tensor map.
+// The two-tile kernels (KernelTraits::kNTiles = 2, 8 < columns ≤ 16 per kv head): 8 warps, one per
+// kv head of the CTA, 16 columns per warp; the causal one for multi-query launches.
+template <class C, class Fn>
+void pick_two_tile_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  if constexpr (mq_column_tiles<C>() == 2) {
+    if (sel.column_tiles == 2 && sel.heads_per_cta == 8 && sel.warps_per_head == 1 &&
+        sel.slicing == QuerySlicing::one && !sel.planes && !sel.tensor_map) {
+      if (sel.causal) return fn(decode_kernel_causal<KernelTraits<C, false, false, 8, QuerySlicing::one, false, true, 2>>);
+      return fn(decode_kernel<KernelTraits<C, false, false, 8, QuerySlicing::one, false, false, 2>>);
+    }
+  }
+  throw_error("paged_decode: no two-tile kernel for this format or plan (internal)");
+}
+
 template <class C, class Fn>
 void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   if (sel.planes || sel.tensor_map) throw_error("paged_decode: no multi-query kernel for this layout (internal)");
@@ -403,14 +417,6 @@ void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
   using Both = std::integral_constant<QuerySlicing, QuerySlicing::both>;
   using One = std::integral_constant<QuerySlicing, QuerySlicing::one>;
   constexpr int kSlicesBoth = 2;
-  if constexpr (mq_column_tiles<C>() == 2) {  // 16 columns per warp, 8 warps of one head each
-    if (sel.column_tiles == 2) {
-      if (sel.heads_per_cta != 8 || sel.warps_per_head != 1 || sel.slicing != QuerySlicing::one)
-        throw_error("paged_decode: no two-tile multi-query kernel for this plan (internal)");
-      return fn(decode_kernel_causal<KernelTraits<C, false, false, 8, QuerySlicing::one, false, true, 2>>);
-    }
-  }
-  if (sel.column_tiles != 1) throw_error("paged_decode: no two-tile multi-query kernel for this format (internal)");
   if constexpr (QCfg<C>::kWide) {
     if (sel.heads_per_cta == 8) {
       if (sel.slicing == QuerySlicing::both && sel.warps_per_head == QCfg<C>::kCtaWarps / (kSlicesBoth * 8))
@@ -425,15 +431,8 @@ void pick_causal_kernel(const DecodeKernelSel& sel, Fn&& fn) {
 
 template <class C, class Fn>
 void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
+  if (sel.column_tiles != 1) return pick_two_tile_kernel<C>(sel, fn);
   if (sel.causal) return pick_causal_kernel<C>(sel, fn);
-  if (sel.column_tiles != 1) {  // 8 < G ≤ 16, one launch, 16 columns per warp (8 warps, 8 heads per CTA)
-    if constexpr (mq_column_tiles<C>() == 2) {
-      if (sel.heads_per_cta == 8 && sel.warps_per_head == 1 && sel.slicing == QuerySlicing::one && !sel.planes &&
-          !sel.tensor_map && sel.column_tiles == 2)
-        return fn(decode_kernel<KernelTraits<C, false, false, 8, QuerySlicing::one, false, false, 2>>);
-    }
-    throw_error("paged_decode: no two-tile kernel for this format or plan (internal)");
-  }
   if (sel.slicing == QuerySlicing::both) return pick_kernel<C, QuerySlicing::both, 8>(sel, fn);
   if (sel.slicing == QuerySlicing::one) return pick_kernel<C, QuerySlicing::one, 8>(sel, fn);
   pick_kernel<C, QuerySlicing::whole, 8, 4, 16, 2>(sel, fn);
