@@ -12,8 +12,8 @@
 # (built with run_kernels.sh <steps>, so "build,test" also runs the GPU tests on it).
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
-# AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), B=32
-# block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
+# AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), batch AB_BATCH
+# (default 32), block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
 # lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
 # (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
@@ -44,7 +44,7 @@ if [ "${1:-}" != time ]; then
   wait
   for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
 fi
-SHAPE="--batch 32 --block-size 16 ${AB_ARGS:-}"
+SHAPE="--batch ${AB_BATCH:-32} --block-size 16 ${AB_ARGS:-}"
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do
   for v in $VARS C; do
