@@ -35,6 +35,7 @@ namespace {
 struct Args {
   std::vector<std::string> formats{"turboquant_4bit_nc"};
   int batch = 32, q_heads = 32, kv_heads = 8, head_dim = 128, ctx = 4096, splits = 0, block_size = 16;
+  int tiles = 0;  // --tiles: DecodeParams::column_tiles
   int reps = 30, warmup = 5;
   int64_t store_tokens = 0;
   double copy_gb = 2.0;
@@ -248,6 +249,7 @@ int run_gpu(const Args& a) {
   s.ctx = a.ctx;
   s.block_size = a.block_size;
   s.num_splits = a.splits;
+  s.column_tiles = a.tiles;
   s.seq_lens = a.seq_lens;
   s.pages = a.pages == "shuffled"     ? tq::cuda::BenchShape::Pages::shuffled
             : a.pages == "sequential" ? tq::cuda::BenchShape::Pages::sequential
@@ -551,6 +553,11 @@ int main(int argc, char** argv) {
   app.add_option("--splits", a.splits,
                  "split-KV: work items per sequence on average (the batch's tokens are dealt out over splits · batch "
                  "CTAs per head group); 0 = auto from the longest sequence, batch and SM count")
+      ->capture_default_str();
+  app.add_option("--tiles", a.tiles,
+                 "8-column N-tiles per warp where a format has the two-tile decode kernels (G 9-16, or q_len > 1): "
+                 "0 = the planner's choice, 1 = one, 2 = two wherever they apply (for A/B timing)")
+      ->check(CLI::Range(0, 2))
       ->capture_default_str();
   app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();

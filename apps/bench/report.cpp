@@ -64,7 +64,7 @@ void to_json(Json& j, const DecodeReport& r) {
   // query_slices 2: both slices of 8 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)
   j["query_passes"] = d.plan.query_passes;
   j["query_slices"] = d.plan.query_slices;
-  j["column_tiles"] = d.plan.column_tiles;  // q_len > 1: 8-column N-tiles per warp
+  j["column_tiles"] = d.plan.column_tiles;  // 8-column N-tiles per warp (2: 16 query columns per decode of a key)
   j["threads"] = d.plan.threads;
   j["ctas_per_sm"] = d.plan.ctas_per_sm;
   j["smem_bytes"] = d.plan.smem_bytes;

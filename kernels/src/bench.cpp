@@ -140,6 +140,7 @@ DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks, int q_le
   d.p.attn_scale = float(1.0 / std::sqrt(double(s.head_dim)));
   d.p.blocks = blocks;
   d.p.num_splits = s.num_splits;
+  d.p.column_tiles = s.column_tiles;
   d.p.max_seq_len = s.ctx;
   return d;
 }

@@ -503,7 +503,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     return plan;
   };
   if (multi) {  // launches of ColumnChunks; the column buffers ahead of the parts in the workspace
-    const int tiles = plan_column_tiles(f, heads, group, planes);
+    const int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
     const ColumnChunks ch(group, heads, decode_cta_warps(f), tiles);
     DecodePlan plan = plan_for(ch.dual, tiles);
     plan.query_passes = ch.n;
@@ -511,10 +511,12 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
     return plan;
   }
-  if (two_query_slices(group) && plan_column_tiles(f, heads, group, planes) == 2) {  // one launch, 16 columns per warp
-    DecodePlan plan = plan_for(false, 2);
+  if (two_query_slices(group) && p.column_tiles != 1 && plan_column_tiles(f, heads, group, planes) == 2) {
+    DecodePlan plan = plan_for(false, 2);  // one launch, 16 columns per warp
     plan.query_passes = 1;
-    return plan;
+    if (p.column_tiles == 2 || two_tile_items(p.max_seq_len, plan.num_splits) ||
+        !dual_slices_fit(group, heads, decode_cta_warps(f), planes))
+      return plan;
   }
   if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
   if (group > kQueryCols + 4) return plan_for(true);
@@ -574,7 +576,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     if (multi) {  // ColumnChunks launches of the causal kernels
       const ColumnChunks ch(a.group_stride, plan.heads_per_cta, Q::kCtaWarps, plan.column_tiles);
       if (ch.dual != (plan.query_slices == 2) ||
-          plan.column_tiles != column_tiles<C>(plan.heads_per_cta, a.group_stride, planes))
+          plan.column_tiles > column_tiles<C>(plan.heads_per_cta, a.group_stride, planes))
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,

@@ -447,6 +447,15 @@ constexpr bool dual_slices_fit(int group, int hpc, int cta_warps, bool planes) {
 constexpr bool dual_short_items(int max_seq_len, int num_splits) {
   return int64_t(max_seq_len) <= int64_t(2048) * num_splits;
 }
+// 8 < G ≤ 16, one query: the two-tile kernels (8 warps, each computing both 8-column tiles from
+// one decode of the keys and values) where the longest sequence's work items stream more than
+// 256 tokens; shorter items take the dual-slice launch where the format has one (16-warp kernels),
+// whose two warps per kv head halve an item's latency. B 1, 128 / 8, 4K (64 tokens per item): two
+// tiles 9% slower for 4bit_nc, 3bit_nc and k3v4_nc; B 1 32K (512 tokens): 11% faster. k8v4 (8-warp
+// kernel, no dual-slice launch) keeps two tiles: 25% faster than two launches at B 1 4K.
+constexpr bool two_tile_items(int max_seq_len, int num_splits) {
+  return int64_t(max_seq_len) > int64_t(256) * num_splits;
+}
 
 // Stage 1 for G > 8 query heads per kv head: fn(slice, true) once per slice of ≤ 8
 // consecutive columns (query heads g0 … g0 + slice.group − 1 of every kv head), with q, out

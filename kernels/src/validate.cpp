@@ -62,6 +62,8 @@ std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, c
   if (!(p.attn_scale == p.attn_scale) || p.attn_scale == 0.f)
     return fmt::format("{}: attn_scale {} must be finite and non-zero", who, p.attn_scale);
   if (p.num_splits < 0 || p.num_splits > 256) return fmt::format("{}: num_splits {} must be 0 (auto) or 1..256", who, p.num_splits);
+  if (p.column_tiles < 0 || p.column_tiles > 2)
+    return fmt::format("{}: column_tiles {} must be 0 (auto), 1 or 2", who, p.column_tiles);
   if (p.max_seq_len < 0) return fmt::format("{}: max_seq_len {} must be ≥ 0", who, p.max_seq_len);
   return {};
 }

@@ -31,6 +31,7 @@ struct DecodeCase {
   int d = 128, hq = 32, hkv = 8, bs = 16;
   std::vector<int> lens;
   int splits = 0;  // 0 = auto
+  int tiles = 0;   // DecodeParams::column_tiles (0 = the planner's choice)
   double q_sigma = 2.0;
   // > 0: key t of a sequence of length n is scaled by 1 + key_ramp·t/n, so the largest
   // logit keeps growing along the sequence and the running maxima move again and again
@@ -198,6 +199,7 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
   R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
   R.p.num_splits = c.splits;
+  R.p.column_tiles = c.tiles;
   R.p.max_seq_len = c.plan_max_len > 0 ? c.plan_max_len : F.pg.max_len;
   if (c.fmt == "f16") {
     const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
@@ -440,7 +442,10 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
   // per CTA), or both slices in one launch where the CTA has twice its heads' warps (the quantized
   // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
   // stage-1 launches; at 8 < G ≤ 12 one launch only while a work item is ≤ 2048 tokens (with
-  // these lengths, ≤ 2049, every auto split count; one split of 2049 is not): (96,8) G=12 (8 + 4;
+  // these lengths, ≤ 2049, every auto split count; one split of 2049 is not). The two-tile kernels
+  // take single-query decodes whose work items are longer than 256 tokens (here one split; the
+  // auto split counts give shorter ones) or whose format has no dual-slice launch (k8v4), and every
+  // such shape is also run with the tiles forced to 1 and 2 (DecodeParams::column_tiles): (96,8) G=12 (8 + 4;
   // with one split two launches, the second packed; two-tile formats: one launch), (128,8) G=16
   // (turbo4-qjl: two launches), also with one split (parts = 1 where a head has one warp: the slices write out
   // directly), (26,2) G=13 (8 + 5, run-time heads), (20,1) G=20 (8 + 8 + 4), (192,8) G=24 (three
@@ -450,35 +455,40 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
         std::string("turbo4"), std::string("turbo4-qjl"), std::string("f16")})
     for (const H h : {H{8, 8, 0}, H{32, 8, 0}, H{8, 1, 0}, H{12, 3, 0}, H{16, 16, 0}, H{64, 8, 0}, H{96, 8, 0},
                       H{96, 8, 1}, H{128, 8, 0}, H{128, 8, 1}, H{26, 2, 0}, H{20, 1, 0}, H{192, 8, 0}}) {
-      DecodeCase c;
-      c.fmt = fmt;
-      c.hq = h.hq;
-      c.hkv = h.hkv;
-      c.splits = h.splits;
-      c.lens = {5, 16, 300, 2049};
-      c.seed = uint64_t(h.hq * 100 + h.hkv);
-      run_decode(c, [&](const DecodePlan& plan, const Filled&) {
-        INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv);
-        const int g = h.hq / h.hkv;
-        // warps per CTA: 16 for mse / turbo2/3/4 keys at head_dim ≤ 128, 8 for the rest (and FP16)
-        const bool f16 = fmt == "f16";
-        const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
-        // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp); the quantized decode at
-        // 8 < G ≤ 16 with two N-tiles per warp (mse / fp8 keys with uniform values, 8 heads per CTA:
-        // 8 warps), else where the CTA has a second set of warps for the second slice — at G ≤ 12
-        // only with short work items (not one split of 2049 tokens)
-        const bool tiles2 = (fmt == "turboquant_4bit_nc" || fmt == "turboquant_k8v4") && g > 8 && g <= 16 &&
-                            plan.heads_per_cta == 8;
-        const bool dual = f16 ? g > 8 && g <= 16
-                              : !tiles2 && g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps &&
-                                    (g > 12 || h.splits != 1);
-        REQUIRE(plan.column_tiles == (tiles2 ? 2 : 1));
-        REQUIRE(plan.query_slices == (dual ? 2 : 1));
-        REQUIRE(plan.query_passes == (dual || tiles2 ? 1 : (g + 7) / 8));
-        REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
-        if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * (tiles2 ? 8 : warps));  // every warp of the kernel
-        if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
-      });
+      const int g = h.hq / h.hkv;
+      const bool two_tile_fmt = fmt == "turboquant_4bit_nc" || fmt == "turboquant_k8v4";
+      for (const int tiles : two_tile_fmt && g > 8 && g <= 16 ? std::vector<int>{0, 1, 2} : std::vector<int>{0}) {
+        DecodeCase c;
+        c.fmt = fmt;
+        c.hq = h.hq;
+        c.hkv = h.hkv;
+        c.splits = h.splits;
+        c.tiles = tiles;
+        c.lens = {5, 16, 300, 2049};
+        c.seed = uint64_t(h.hq * 100 + h.hkv);
+        run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+          INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " tiles " << tiles << " splits " << plan.num_splits);
+          // warps per CTA: 16 for mse / turbo2/3/4 keys at head_dim ≤ 128, 8 for the rest (and FP16)
+          const bool f16 = fmt == "f16";
+          const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
+          // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp); the quantized decode at
+          // 8 < G ≤ 16 with two N-tiles per warp (mse / fp8 keys with uniform values, 8 heads per CTA:
+          // 8 warps) where work items exceed 256 tokens, the tiles are forced to 2 or the CTA has no
+          // warps for a second slice (k8v4), else where the CTA has a second set of warps for the second
+          // slice — at G ≤ 12 only with short work items (not one split of 2049 tokens)
+          const bool tiles2 = two_tile_fmt && g > 8 && g <= 16 && plan.heads_per_cta == 8 &&
+                              (tiles == 2 || (tiles == 0 && (2049 > 256 * plan.num_splits || warps == 8)));
+          const bool dual = f16 ? g > 8 && g <= 16
+                                : !tiles2 && g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps &&
+                                      (g > 12 || h.splits != 1);
+          REQUIRE(plan.column_tiles == (tiles2 ? 2 : 1));
+          REQUIRE(plan.query_slices == (dual ? 2 : 1));
+          REQUIRE(plan.query_passes == (dual || tiles2 ? 1 : (g + 7) / 8));
+          REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
+          if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * (tiles2 ? 8 : warps));  // every warp of the kernel
+          if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
+        });
+      }
     }
 }
 
@@ -952,6 +962,7 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
   struct Want {
     const char* fmt;
     int d, hq, hkv, q_len, tiles, passes;
+    int force = 0;  // DecodeParams::column_tiles
   };
   const Want wants[] = {
       {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1},   // 16 columns: one launch
@@ -961,6 +972,8 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
       {"turboquant_4bit_nc", 128, 32, 8, 2, 1, 1},   // 8 columns: one tile
       {"turboquant_4bit_nc", 128, 8, 2, 4, 1, 1},    // 2 kv heads per CTA: the one-tile kernels, both slices
       {"turbo3", 128, 32, 8, 4, 1, 1},               // turbo values: one tile (both slices, 16 warps)
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 1},  // one tile asked for: both slices, 16 warps
+      {"turboquant_k8v4", 128, 32, 8, 4, 1, 2, 1},     // one tile asked for, 8-warp kernel: two launches
   };
   for (const Want& w : wants) {
     DecodeCase c;
@@ -969,8 +982,9 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
     c.hq = w.hq;
     c.hkv = w.hkv;
     c.q_len = w.q_len;
+    c.tiles = w.force;
     c.lens = {w.q_len + 40, 300};
-    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len);
+    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len << " tiles asked " << w.force);
     run_decode(c, [&](const DecodePlan& plan, const Filled&) {
       REQUIRE(plan.column_tiles == w.tiles);
       REQUIRE(plan.query_passes == w.passes);

@@ -57,6 +57,9 @@ struct DecodeParams {
   int max_seq_len = 0;  // ≥ every seq_lens[i]; sizes the auto split count and the merge
   int q_len = 1;        // query tokens per sequence (1 … kMaxQueryLen; > 1: quantized decode only)
   int64_t q_stride_token = 0, o_stride_token = 0;  // q_len > 1: query j's offset from query 0 (elements)
+  // 8-column N-tiles per warp where the format has the two-tile kernels (DecodePlan::column_tiles):
+  // 0 = the planner's choice, 1 = one tile per warp, 2 = two wherever they apply (A/B timing, tests)
+  int column_tiles = 0;
 };
 
 // The longest chunk the fused multi-query decode takes: its workspace and partial results grow
