@@ -1163,6 +1163,9 @@ TEST_CASE("launchers: invalid arguments throw tq::Error naming the problem", "[a
   pg = p;
   pg.n_q_heads = 3;
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("multiple of n_kv_heads"));
+  pg = p;
+  pg.column_tiles = 3;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, pg), Contains("column_tiles 3"));
   const auto t3 = tq::cuda::kernel_format(tq::make_format("turbo3", 256));  // two blocks per head
   REQUIRE(tq::cuda::decode_support(t3).empty());
   tq::cuda::PagedCache pt{cache.as<uint8_t>(), 4, 16, 2, t3.slot_bytes};
