@@ -511,14 +511,13 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
     return plan;
   }
+  const bool dual_fits = dual_slices_fit(group, heads, decode_cta_warps(f), planes);
   if (two_query_slices(group) && p.column_tiles != 1 && plan_column_tiles(f, heads, group, planes) == 2) {
     DecodePlan plan = plan_for(false, 2);  // one launch, 16 columns per warp
     plan.query_passes = 1;
-    if (p.column_tiles == 2 || two_tile_items(p.max_seq_len, plan.num_splits) ||
-        !dual_slices_fit(group, heads, decode_cta_warps(f), planes))
-      return plan;
+    if (p.column_tiles == 2 || !dual_fits || two_tile_items(p.max_seq_len, plan.num_splits)) return plan;
   }
-  if (!dual_slices_fit(group, heads, decode_cta_warps(f), planes)) return plan_for(false);
+  if (!dual_fits) return plan_for(false);
   if (group > kQueryCols + 4) return plan_for(true);
   const DecodePlan two = plan_for(false);  // 8 < G ≤ 12: one launch only for short work items
   return dual_short_items(p.max_seq_len, two.num_splits) ? plan_for(true) : two;
