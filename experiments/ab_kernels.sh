@@ -17,7 +17,8 @@
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
 # lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
 # (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
-# the variant.
+# the variant. More passes on the same builds (other shapes or AB_BATCH): `ab_kernels.sh time` with the same $OUT,
+# whose lines append to ab.txt (the device tool returns at most 8 files, no deeper than 2 folders).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/build-kernels/out}
@@ -37,14 +38,17 @@ for d in experiments/ab/*/; do
     cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
   fi
   rm -rf "/tmp/src_$v/build-kernels" "/tmp/src_$v/experiments/ab"
-  (cd "/tmp/src_$v" && OUT="$OUT/$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
+  # the variant's build log stays on the machine (/tmp/ab_out_<NAME>; its tail reaches build_<NAME>.txt on a
+  # failure): the device tool returns at most 8 files from $OUT
+  (cd "/tmp/src_$v" && OUT="/tmp/ab_out_$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
 done
 if [ "${1:-}" != time ]; then
   bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
   wait
   for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
 fi
-SHAPE="--batch ${AB_BATCH:-32} --block-size 16 ${AB_ARGS:-}"
+B=${AB_BATCH:-32}
+SHAPE="--batch $B --block-size 16 ${AB_ARGS:-}"
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do
   for v in $VARS C; do
