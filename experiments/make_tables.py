@@ -14,6 +14,7 @@ Sources (all under experiments/results/):
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
   kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ...")
   kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
+  kernels/op_overhead.jsonl  python/examples/bench_op_overhead.py --json rows (run_kernels.sh torch), where present
 
   python3 experiments/make_tables.py [--check]   (--check: exit 1 if a file would change)
 """
@@ -145,6 +146,23 @@ def multi_query():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
+def op_overhead():
+    """The torch op's line of the headline: what a decode_out call costs over its kernels (the same call
+    eager against replayed from a CUDA graph) and its host time; empty until the result file exists."""
+    path = os.path.join(RES, "kernels", "op_overhead.jsonl")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    shapes = "; ".join(f"B {r['batch']} at {r['ctx']} tokens {r['eager_us']:.1f} µs eager, {r['graph_us']:.1f} µs "
+                       f"replayed ({r['adds_us']:+.1f} µs)" for r in rows)
+    host = ", ".join(f"{r['host_op_us']:.1f}" for r in rows)
+    r0 = rows[0]
+    return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {r0['heads']}/{r0['kv_heads']} heads, d "
+            f"{r0['head_dim']}; {r0['device']}, torch {r0['torch']}): GPU time per call {shapes}; host time per "
+            f"eager call {host} µs ([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl)).\n")
+
+
 def kernels_current():
     out = []
     for ctx in (4096, 32768):
@@ -185,7 +203,7 @@ def splice(path, name, body, check):
 
 def main():
     check = "--check" in sys.argv[1:]
-    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query(), check)
+    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query() + op_overhead(), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
     if check and changed:
         sys.exit(1)
