@@ -63,22 +63,24 @@ def eval_rows(path):
     return out
 
 
+def kernels_jsonl(name):
+    """The objects of experiments/results/kernels/NAME, one JSON object per line."""
+    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def bench_rows(ctx):
     """format -> decode row of tq-bench at ctx (vLLM layout), and the SDPA time."""
     rows, sdpa = {}, None
-    with open(os.path.join(RES, "kernels", "bench.jsonl")) as f:
-        for line in f:
-            j = json.loads(line)
-            if j["ctx"] != ctx:
-                continue
-            for r in j["rows"]:
-                if r.get("layout") == "vllm" and "decode" in r:
-                    rows[r["format"]] = r
-    with open(os.path.join(RES, "kernels", "sdpa.jsonl")) as f:
-        for line in f:
-            j = json.loads(line)
-            if j["ctx"] == ctx:
-                sdpa = j["median_ms"]
+    for j in kernels_jsonl("bench.jsonl"):
+        if j["ctx"] != ctx:
+            continue
+        for r in j["rows"]:
+            if r.get("layout") == "vllm" and "decode" in r:
+                rows[r["format"]] = r
+    for j in kernels_jsonl("sdpa.jsonl"):
+        if j["ctx"] == ctx:
+            sdpa = j["median_ms"]
     return rows, sdpa
 
 
@@ -127,12 +129,8 @@ def multi_query():
             if m and m.group(1) == "turboquant_4bit_nc":
                 rows[int(m.group(2))] = {"fused": float(m.group(3)), "over_q1": float(m.group(6)),
                                          "separate_over": float(m.group(8))}
-    dense = {}
-    with open(os.path.join(RES, "kernels", "multi_query_torch.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            j = json.loads(line)
-            if j["format"] == "turboquant_4bit_nc" and "dense_ms" in j:
-                dense[j["q_len"]] = j["dense_ms"]
+    dense = {j["q_len"]: j["dense_ms"] for j in kernels_jsonl("multi_query_torch.jsonl")
+             if j["format"] == "turboquant_4bit_nc" and "dense_ms" in j}
     q_lens = sorted(rows)
     lines = ["| `turboquant_4bit_nc`, multi-query | " + " | ".join(f"q_len {q}" for q in q_lens) + " |",
              "|---|" + "---|" * len(q_lens),
@@ -149,11 +147,9 @@ def multi_query():
 def op_overhead():
     """The torch op's line of the headline: what a decode_out call costs over its kernels (the same call
     eager against replayed from a CUDA graph) and its host time; empty until the result file exists."""
-    path = os.path.join(RES, "kernels", "op_overhead.jsonl")
-    if not os.path.exists(path):
+    if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
         return ""
-    with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = kernels_jsonl("op_overhead.jsonl")
     shapes = "; ".join(f"B {r['batch']} at {r['ctx']} tokens {r['eager_us']:.1f} µs eager, {r['graph_us']:.1f} µs "
                        f"replayed ({r['adds_us']:+.1f} µs)" for r in rows)
     host = ", ".join(f"{r['host_op_us']:.1f}" for r in rows)
