@@ -13,11 +13,12 @@
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
 # AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), batch AB_BATCH
-# (default 32), block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
+# (default 32; named in each line, e.g. "32,8 B1", where it is not 32), block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
 # lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
 # (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
-# the variant.
+# the variant. More passes on the same builds (other shapes or AB_BATCH): `ab_kernels.sh time` with the same $OUT,
+# whose lines append to ab.txt (the device tool returns at most 8 files, no deeper than 2 folders).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/build-kernels/out}
@@ -37,14 +38,18 @@ for d in experiments/ab/*/; do
     cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
   fi
   rm -rf "/tmp/src_$v/build-kernels" "/tmp/src_$v/experiments/ab"
-  (cd "/tmp/src_$v" && OUT="$OUT/$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
+  # the variant's build log stays on the machine (/tmp/ab_out_<NAME>; its tail reaches build_<NAME>.txt on a
+  # failure): the device tool returns at most 8 files from $OUT
+  (cd "/tmp/src_$v" && OUT="/tmp/ab_out_$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &
 done
 if [ "${1:-}" != time ]; then
   bash experiments/run_kernels.sh "${1:-build}" > "$OUT/build_C.txt" 2>&1
   wait
   for v in $VARS C; do echo "$v: $(tail -2 "$OUT/build_$v.txt" | tr '\n' ' ')"; done
 fi
-SHAPE="--batch ${AB_BATCH:-32} --block-size 16 ${AB_ARGS:-}"
+B=${AB_BATCH:-32}
+SHAPE="--batch $B --block-size 16 ${AB_ARGS:-}"
+BL=""; [ "$B" != 32 ] && BL=" B$B"  # the batch in each line where it is not 32
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do
   for v in $VARS C; do
@@ -56,7 +61,7 @@ for rep in $(seq "${AB_REPS:-2}"); do
           if [ -n "${AB_QLEN:-}" ]; then
             "$bin" $FORMATS $SHAPE --head-dim "$dim" --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" \
               --q-len "$AB_QLEN" 2>> "$OUT/errors.log" | grep -E '^(turbo|fp8|q[0-9])' |
-              sed "s/^/$v $shape D$dim $ctx /" | tee -a "$OUT/ab.txt"
+              sed "s/^/$v $shape$BL D$dim $ctx /" | tee -a "$OUT/ab.txt"
             continue
           fi
           "$bin" $FORMATS $SHAPE --head-dim "$dim" --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" --json \
@@ -64,7 +69,7 @@ for rep in $(seq "${AB_REPS:-2}"); do
 import json, sys
 for j in json.load(sys.stdin):
     d = j['decode']
-    print('$v', '$shape', 'D$dim', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
+    print('$v', '$shape$BL', 'D$dim', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
           'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'], 'items', d.get('items', ''), 'smem', d.get('smem_bytes', ''))" |
             tee -a "$OUT/ab.txt"
         done

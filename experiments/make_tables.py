@@ -14,6 +14,7 @@ Sources (all under experiments/results/):
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
   kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ...")
   kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
+  kernels/op_overhead.jsonl  python/examples/bench_op_overhead.py --json rows (run_kernels.sh torch), where present
 
   python3 experiments/make_tables.py [--check]   (--check: exit 1 if a file would change)
 """
@@ -62,22 +63,24 @@ def eval_rows(path):
     return out
 
 
+def kernels_jsonl(name):
+    """The objects of experiments/results/kernels/NAME, one JSON object per line."""
+    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def bench_rows(ctx):
     """format -> decode row of tq-bench at ctx (vLLM layout), and the SDPA time."""
     rows, sdpa = {}, None
-    with open(os.path.join(RES, "kernels", "bench.jsonl")) as f:
-        for line in f:
-            j = json.loads(line)
-            if j["ctx"] != ctx:
-                continue
-            for r in j["rows"]:
-                if r.get("layout") == "vllm" and "decode" in r:
-                    rows[r["format"]] = r
-    with open(os.path.join(RES, "kernels", "sdpa.jsonl")) as f:
-        for line in f:
-            j = json.loads(line)
-            if j["ctx"] == ctx:
-                sdpa = j["median_ms"]
+    for j in kernels_jsonl("bench.jsonl"):
+        if j["ctx"] != ctx:
+            continue
+        for r in j["rows"]:
+            if r.get("layout") == "vllm" and "decode" in r:
+                rows[r["format"]] = r
+    for j in kernels_jsonl("sdpa.jsonl"):
+        if j["ctx"] == ctx:
+            sdpa = j["median_ms"]
     return rows, sdpa
 
 
@@ -126,12 +129,8 @@ def multi_query():
             if m and m.group(1) == "turboquant_4bit_nc":
                 rows[int(m.group(2))] = {"fused": float(m.group(3)), "over_q1": float(m.group(6)),
                                          "separate_over": float(m.group(8))}
-    dense = {}
-    with open(os.path.join(RES, "kernels", "multi_query_torch.jsonl"), encoding="utf-8") as f:
-        for line in f:
-            j = json.loads(line)
-            if j["format"] == "turboquant_4bit_nc" and "dense_ms" in j:
-                dense[j["q_len"]] = j["dense_ms"]
+    dense = {j["q_len"]: j["dense_ms"] for j in kernels_jsonl("multi_query_torch.jsonl")
+             if j["format"] == "turboquant_4bit_nc" and "dense_ms" in j}
     q_lens = sorted(rows)
     lines = ["| `turboquant_4bit_nc`, multi-query | " + " | ".join(f"q_len {q}" for q in q_lens) + " |",
              "|---|" + "---|" * len(q_lens),
@@ -143,6 +142,21 @@ def multi_query():
     note = ("Multi-query: q_len queries per sequence, causal within the chunk, same shape and H200 "
             "([kernels.md](experiments/results/kernels.md#multi-query-decode-q_len--1)).")
     return "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def op_overhead():
+    """The torch op's line of the headline: what a decode_out call costs over its kernels (the same call
+    eager against replayed from a CUDA graph) and its host time; empty until the result file exists."""
+    if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
+        return ""
+    rows = kernels_jsonl("op_overhead.jsonl")
+    shapes = "; ".join(f"B {r['batch']} at {r['ctx']} tokens {r['eager_us']:.1f} µs eager, {r['graph_us']:.1f} µs "
+                       f"replayed ({r['adds_us']:+.1f} µs)" for r in rows)
+    host = ", ".join(f"{r['host_op_us']:.1f}" for r in rows)
+    r0 = rows[0]
+    return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {r0['heads']}/{r0['kv_heads']} heads, d "
+            f"{r0['head_dim']}; {r0['device']}, torch {r0['torch']}): GPU time per call {shapes}; host time per "
+            f"eager call {host} µs ([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl)).\n")
 
 
 def kernels_current():
@@ -185,7 +199,7 @@ def splice(path, name, body, check):
 
 def main():
     check = "--check" in sys.argv[1:]
-    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query(), check)
+    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query() + op_overhead(), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
     if check and changed:
         sys.exit(1)

@@ -2,7 +2,7 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models (default: the first six)
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -17,7 +17,9 @@
 # report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
 # per tq-bench run: {ctx, pages, rows}), bench_text.txt, sdpa.jsonl, ncu.log, errors.log
 # (stderr of the benchmarks), check_dump.txt (realkv), models.jsonl + models_sdpa.jsonl (models:
-# decode of known models' shapes against our FP16 and SDPA); a summary table is printed last.
+# decode of known models' shapes against our FP16 and SDPA), torch.log + op_overhead.jsonl (torch: the
+# python/ extension built in place, its pytest suite, the op's overhead over its kernels); a summary table is
+# printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
 # (Catch2 and nlohmann-json there; fmt and CLI11 as a fallback) come from .deps/ when present:
@@ -204,6 +206,23 @@ if has models; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/experiments/bench_sdpa.py" "${shapes[@]}" > "$OUT/models_sdpa.jsonl" \
     2>> "$OUT/errors.log" || { status=1; echo "sdpa (models) failed:"; tail -5 "$OUT/errors.log"; }
   python3 "$ROOT/experiments/models_table.py" "$OUT/models.jsonl" "$OUT/models_sdpa.jsonl" || status=1
+fi
+
+if has torch; then
+  # The PyTorch operators (python/): built in place with the system g++ (see python/setup.py), their pytest
+  # suite on this GPU, and what an op call adds over its kernels (examples/bench_op_overhead.py).
+  t0=$(date +%s)
+  if (cd "$ROOT/python" && CXX=${TORCH_CXX:-/usr/bin/g++} MAX_JOBS=$JOBS timeout 400 python3 setup.py build_ext --inplace) \
+      > "$OUT/torch.log" 2>&1; then
+    echo "torch extension: built in $(( $(date +%s) - t0 )) s"
+    (cd "$ROOT" && PYTHONPATH=python timeout 300 python3 -m pytest -q python/tests) >> "$OUT/torch.log" 2>&1 ||
+      status=1
+    echo "pytest python/tests: $(grep -E '[0-9]+ (passed|failed)' "$OUT/torch.log" | tail -1)"
+    (cd "$ROOT" && PYTHONPATH=python timeout 120 python3 python/examples/bench_op_overhead.py \
+      --json "$OUT/op_overhead.jsonl") 2>&1 | tee -a "$OUT/torch.log" || status=1
+  else
+    status=1; echo "torch extension build failed (see torch.log):"; tail -20 "$OUT/torch.log"
+  fi
 fi
 
 # ---- summary (last) ----
