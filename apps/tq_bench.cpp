@@ -36,6 +36,7 @@ struct Args {
   std::vector<std::string> formats{"turboquant_4bit_nc"};
   int batch = 32, q_heads = 32, kv_heads = 8, head_dim = 128, ctx = 4096, splits = 0, block_size = 16;
   int tiles = 0;  // --tiles: DecodeParams::column_tiles
+  bool even_dealing = false;  // --even-dealing: DecodeParams::even_dealing
   int reps = 30, warmup = 5;
   int64_t store_tokens = 0;
   double copy_gb = 2.0;
@@ -250,6 +251,7 @@ int run_gpu(const Args& a) {
   s.block_size = a.block_size;
   s.num_splits = a.splits;
   s.column_tiles = a.tiles;
+  s.even_dealing = a.even_dealing;
   s.seq_lens = a.seq_lens;
   s.pages = a.pages == "shuffled"     ? tq::cuda::BenchShape::Pages::shuffled
             : a.pages == "sequential" ? tq::cuda::BenchShape::Pages::sequential
@@ -559,6 +561,9 @@ int main(int argc, char** argv) {
                  "0 = the planner's choice, 1 = one, 2 = two wherever they apply (for A/B timing)")
       ->check(CLI::Range(0, 2))
       ->capture_default_str();
+  app.add_flag("--even-dealing", a.even_dealing,
+              "deal each sequence's tokens out in equal chunks even where the planner would take the balanced "
+              "dealing (short last chunks on the CTA slots a wave leaves idle; for A/B timing)");
   app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed launches first")->capture_default_str();

@@ -2,7 +2,7 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch (default: the first six)
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -11,14 +11,16 @@
 #        tests/data/kv/*.h5), REAL_KV_POSITIONS (256),
 #        MODELS (models: tq-bench --model names; default every listed model whose head_dim the
 #        formats take), MODEL_CTX ("4096 32768"), MODEL_BATCH (32), MODEL_FORMATS
-#        ("turboquant_4bit_nc turboquant_k3v4_nc turbo3")
+#        ("turboquant_4bit_nc turboquant_k3v4_nc turbo3"), PLANNER_GROUPS (planner: experiments/planner_ab.py
+#        --groups; "tiles,mq,deal")
 #
 # Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
 # report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
 # per tq-bench run: {ctx, pages, rows}), bench_text.txt, sdpa.jsonl, ncu.log, errors.log
 # (stderr of the benchmarks), check_dump.txt (realkv), models.jsonl + models_sdpa.jsonl (models:
 # decode of known models' shapes against our FP16 and SDPA), torch.log + op_overhead.jsonl (torch: the
-# python/ extension built in place, its pytest suite, the op's overhead over its kernels); a summary table is
+# python/ extension built in place, its pytest suite, the op's overhead over its kernels), planner.jsonl +
+# planner.txt (planner: experiments/planner_ab.py's runs and summary); a summary table is
 # printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
@@ -130,6 +132,14 @@ if has text; then
     done
   } > "$OUT/bench_text.txt" 2>> "$OUT/errors.log" || status=1
   cat "$OUT/bench_text.txt"
+fi
+
+if has planner; then
+  # The planner's choices (column tiles, balanced dealing) against their alternatives, interleaved in one binary.
+  t0=$(date +%s)
+  timeout 540 python3 "$ROOT/experiments/planner_ab.py" "$BUILD/tq-bench" "$OUT/planner.jsonl" \
+    --groups "${PLANNER_GROUPS:-tiles,mq,deal}" > "$OUT/planner.txt" 2>> "$OUT/errors.log" || status=1
+  echo "planner A/B: $(( $(date +%s) - t0 )) s"; cat "$OUT/planner.txt"
 fi
 
 if has realkv; then

@@ -141,6 +141,7 @@ DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks, int q_le
   d.p.blocks = blocks;
   d.p.num_splits = s.num_splits;
   d.p.column_tiles = s.column_tiles;
+  d.p.even_dealing = s.even_dealing;
   d.p.max_seq_len = s.ctx;
   return d;
 }

@@ -241,7 +241,7 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
   plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
-  plan.balance_slots = balance && p.num_splits <= 0 && plan.head_groups == 1
+  plan.balance_slots = balance && !p.even_dealing && p.num_splits <= 0 && plan.head_groups == 1
                            ? balance_slots(batch, max_tiles, slots, plan.num_splits)
                            : 0;
   if (plan.balance_slots > 0) plan.items = plan.balance_slots + batch;  // dev::work_item_balanced

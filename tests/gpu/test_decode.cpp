@@ -32,6 +32,7 @@ struct DecodeCase {
   std::vector<int> lens;
   int splits = 0;  // 0 = auto
   int tiles = 0;   // DecodeParams::column_tiles (0 = the planner's choice)
+  bool even = false;  // DecodeParams::even_dealing
   double q_sigma = 2.0;
   // > 0: key t of a sequence of length n is scaled by 1 + key_ramp·t/n, so the largest
   // logit keeps growing along the sequence and the running maxima move again and again
@@ -200,6 +201,7 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
   R.p.num_splits = c.splits;
   R.p.column_tiles = c.tiles;
+  R.p.even_dealing = c.even;
   R.p.max_seq_len = c.plan_max_len > 0 ? c.plan_max_len : F.pg.max_len;
   if (c.fmt == "f16") {
     const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
@@ -700,6 +702,14 @@ TEST_CASE("decode: balanced dealing, short last chunks on the idle CTA slots (eq
         c.sm_count = n;
         plan = prepare(c, F, rng).plan;
         if (plan.balance_slots > 0) sm = n;
+      }
+      if (sm > 0) {  // DecodeParams::even_dealing turns it off: num_splits equal chunks per sequence
+        c.sm_count = sm;
+        c.even = true;
+        const DecodePlan even = prepare(c, F, rng).plan;
+        REQUIRE(even.balance_slots == 0);
+        REQUIRE(even.num_splits == plan.num_splits);
+        REQUIRE(even.items == even.num_splits * 4);
       }
     }
     if (fmt == "f16") {

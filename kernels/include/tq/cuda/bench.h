@@ -21,6 +21,7 @@ struct BenchShape {
   int batch = 32, n_q_heads = 32, n_kv_heads = 8, head_dim = 128, ctx = 4096, block_size = 16;
   int num_splits = 0;  // 0 = auto
   int column_tiles = 0;  // DecodeParams::column_tiles (0 = the planner's choice)
+  bool even_dealing = false;  // DecodeParams::even_dealing
   // Pages of each sequence: shuffled, a random permutation of all cache blocks (as
   // the tables of a long-running server look); sequential, consecutive blocks;
   // resident (diagnostic), every table entry in the first kResidentBlocks blocks, so

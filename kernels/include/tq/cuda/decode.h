@@ -60,6 +60,8 @@ struct DecodeParams {
   // 8-column N-tiles per warp where the format has the two-tile kernels (DecodePlan::column_tiles):
   // 0 = the planner's choice, 1 = one tile per warp, 2 = two wherever they apply (A/B timing, tests)
   int column_tiles = 0;
+  // true: never the balanced dealing (DecodePlan::balance_slots stays 0; A/B timing of the planner's choice)
+  bool even_dealing = false;
 };
 
 // The longest chunk the fused multi-query decode takes: its workspace and partial results grow
