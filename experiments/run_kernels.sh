@@ -2,7 +2,8 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner (default: the first six)
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover
+#        (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -20,7 +21,8 @@
 # (stderr of the benchmarks), check_dump.txt (realkv), models.jsonl + models_sdpa.jsonl (models:
 # decode of known models' shapes against our FP16 and SDPA), torch.log + op_overhead.jsonl (torch: the
 # python/ extension built in place, its pytest suite, the op's overhead over its kernels), planner.jsonl +
-# planner.txt (planner: experiments/planner_ab.py's runs and summary); a summary table is
+# planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
+# python/examples/bench_multi_query.py at G 1, 8, 16); a summary table is
 # printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
@@ -233,6 +235,17 @@ if has torch; then
   else
     status=1; echo "torch extension build failed (see torch.log):"; tail -20 "$OUT/torch.log"
   fi
+fi
+
+if has crossover; then
+  # Fused multi-query decode against dequant + SDPA around the crossover of tqkit_torch.takes_dense at G 1, 8
+  # and 16 (needs the extension the torch step builds); rows appended to multi_query_crossover.jsonl.
+  for spec in "64 8 8,16,24,32,48" "128 8 4,8,12,16,24" "16 16 32,64,128"; do
+    set -- $spec
+    (cd "$ROOT" && PYTHONPATH=python timeout 150 python3 python/examples/bench_multi_query.py --heads $1 \
+      --kv-heads $2 --q-lens $3 --json "$OUT/multi_query_crossover.jsonl") 2>> "$OUT/errors.log" ||
+      { status=1; echo "bench_multi_query $spec failed:"; tail -5 "$OUT/errors.log"; }
+  done
 fi
 
 # ---- summary (last) ----

@@ -13,7 +13,8 @@ the same run (CUDA events, median of --reps):
   sdpa16    torch SDPA over an uncompressed fp16 cache of the same keys/values (no dequant):
             the uncompressed engine's cost, for reference
 
-and prints one row per q_len with the ratios, plus one JSON line per row (--json FILE).
+and prints one row per q_len with the ratios and the path tqkit_torch.decode() takes there
+(takes_dense), plus one JSON line per row (--json FILE, appended).
 
     PYTHONPATH=python python python/examples/bench_multi_query.py --format turboquant_4bit_nc \
         --batch 32 --heads 32 --kv-heads 8 --ctx 32768 --q-lens 1,2,4,8,16,32,64,128,256,512
@@ -55,12 +56,13 @@ def main():
     print(f"{a.format}, B {B}, {H}/{HKV} heads, d {D}, ctx {T} (ms, medians of {a.reps}; "
           f"{torch.cuda.get_device_name(0)})")
     print(f"{'q_len':>6} {'fused':>9} {'dense':>9} {'separate':>9} {'sdpa16':>9} {'dense/fused':>12} "
-          f"{'separate/fused':>15} {'fused/q1':>9}")
+          f"{'separate/fused':>15} {'fused/q1':>9} {'decode()':>9}")
     t_q1 = None
     for q_len in [int(x) for x in a.q_lens.split(",")]:
         q = torch.randn(B, q_len, H, D, device="cuda", dtype=torch.half)
         r = {"format": a.format, "batch": B, "heads": H, "kv_heads": HKV, "head_dim": D, "ctx": T, "q_len": q_len,
-             "device": torch.cuda.get_device_name(0), "reps": a.reps}
+             "device": torch.cuda.get_device_name(0), "reps": a.reps,
+             "decode_path": "dense" if tq.takes_dense(q_len, H, HKV) else "fused"}
         if q_len <= 128:
             ws = torch.empty(tq.decode_workspace_bytes(a.format, B, q_len, H, HKV, D, bs, T), dtype=torch.uint8,
                              device="cuda")
@@ -98,10 +100,11 @@ def main():
         rows.append(r)
         f = lambda k, w=9, p=4: f"{r[k]:>{w}.{p}f}" if k in r else f"{'-':>{w}}"
         print(f"{q_len:>6} {f('fused_ms')} {f('dense_ms')} {f('separate_ms')} {f('sdpa16_ms')} "
-              f"{f('dense_over_fused', 12, 2)} {f('separate_over_fused', 15, 2)} {f('fused_over_q1', 9, 2)}")
+              f"{f('dense_over_fused', 12, 2)} {f('separate_over_fused', 15, 2)} {f('fused_over_q1', 9, 2)} "
+              f"{r['decode_path']:>9}")
         del q, qt
     if a.json:
-        with open(a.json, "w") as fh:
+        with open(a.json, "a") as fh:
             for r in rows:
                 fh.write(json.dumps(r) + "\n")
 

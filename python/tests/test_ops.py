@@ -185,7 +185,8 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len):
     # decode_dense (q_len 130) attends over the dequantized cache, which is the CPU decode rounded to
     # fp16 (test_dequant_is_the_cpu_decode_rounded): its oracle is the float64 attention over those values
     # (against the unrounded decode it is ≈ 1.1e-3 off, the rounding of K).
-    dense = q_len >= tq.DENSE_MIN_Q_LEN
+    dense = tq.takes_dense(q_len, hq, kvh)
+    assert dense == (q_len == 130)  # G 4: 520 columns dense, 64 fused
     for i, n in enumerate(seq_lens):
         k, v = cpu_kv(cache, table, i, n, fmt, d)
         if dense:
@@ -197,6 +198,21 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len):
             assert torch.isfinite(out[i, j]).all()
             worst = max(worst, rel)
     assert worst <= 1e-3, worst
+
+
+def test_takes_dense_picks_the_faster_path_of_every_measured_chunk():
+    # The rows python/examples/bench_multi_query.py measured on an H200 (fused kernel and dequant + SDPA
+    # timed in the same run): decode()'s rule must pick the faster path wherever they differ by > 10%.
+    rows = []
+    for name in ("multi_query_torch.jsonl", "multi_query_crossover.jsonl"):
+        path = os.path.join(ROOT, "experiments", "results", "kernels", name)
+        if os.path.exists(path):
+            rows += [json.loads(line) for line in open(path) if line.strip()]
+    rows = [r for r in rows if "fused_ms" in r and "dense_ms" in r]
+    assert len(rows) >= 6
+    for r in rows:
+        if abs(r["dense_ms"] / r["fused_ms"] - 1) > 0.1:
+            assert tq.takes_dense(r["q_len"], r["heads"], r["kv_heads"]) == (r["dense_ms"] < r["fused_ms"]), r
 
 
 @pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_k8v4", "turbo4"])

@@ -18,7 +18,8 @@ Query j of q_len attends to positions [0, seq_len - q_len + j].
 q_len 1 ... 128 runs the fused multi-query decode: one launch whose kernel reads each
 cache page once per 16 query columns (q_len x heads per kv head), causal within the
 chunk. decode_dense is the large-chunk path (dequant to fp16, then torch SDPA);
-decode() takes it at q_len >= DENSE_MIN_Q_LEN (measured crossover: see
+decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len x heads
+per kv head >= DENSE_MIN_COLUMNS (measured crossover: see
 python/examples/bench_multi_query.py and experiments/results/kernels.md).
 
 Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,
@@ -36,13 +37,22 @@ from . import _C  # noqa: F401  (registers torch.ops.tqkit)
 _ops = torch.ops.tqkit
 
 __all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
-           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "DENSE_MIN_Q_LEN"]
+           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "takes_dense", "DENSE_MIN_COLUMNS"]
 
-# decode() runs chunks of at least this many queries as dequant + SDPA (decode_dense), shorter ones
-# in the fused kernel (at most 128 queries). The crossover measured on an H200 at 32/8/128, 32K
-# tokens, batch 32 (python/examples/bench_multi_query.py): fused 5.6 ms vs dense 8.6 ms at q_len 32,
-# 10.9 vs 8.4 ms at 64; the fused time grows linearly (0.17 ms per query), the dense one is flat.
-DENSE_MIN_Q_LEN = 48
+# decode() runs a chunk as dequant + SDPA (decode_dense) where its query columns per kv head
+# (q_len x num_heads / num_kv_heads) reach this count, else in the fused kernel (at most 128 queries).
+# The fused kernel reads and decodes the cache once per 16 columns, so its time grows with
+# ceil(columns / 16); the dense path dequantizes the cache once and its SDPA stays small next to that
+# up to q_len ~ 128, so both scale with the cache size and the crossover is a column count. Measured
+# on an H200 at 32/8/128 (G 4), 32K tokens, batch 32 (python/examples/bench_multi_query.py): fused
+# 5.6 ms vs dense 8.6 ms at q_len 32 (128 columns), 10.9 vs 8.4 ms at 64 (256 columns). 192 columns
+# is q_len 48 at G 4, 24 at G 8, 12 at G 16; G 1 never reaches it within 128 queries.
+DENSE_MIN_COLUMNS = 192
+
+
+def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode() runs a chunk of q_len queries as decode_dense (else the fused kernel)."""
+    return q_len > 128 or (q_len > 1 and q_len * (num_heads // max(1, num_kv_heads)) >= DENSE_MIN_COLUMNS)
 
 
 def slot_bytes(format: str, head_dim: int) -> int:
@@ -101,14 +111,14 @@ def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: s
 
 def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
            num_splits: int = 0, validate: bool = False):
-    """Allocating form of decode_out (decode_dense for chunks of DENSE_MIN_Q_LEN queries or more).
+    """Allocating form of decode_out (decode_dense where takes_dense(q_len, num_heads, num_kv_heads)).
     max_seq_len defaults to block_table's capacity."""
     if max_seq_len is None:
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
     if validate:
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
     b, q_len, heads, d = _qshape(query)
-    if q_len >= DENSE_MIN_Q_LEN:
+    if takes_dense(q_len, heads, kv_cache.shape[2]):
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
     ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
                                             max_seq_len, num_splits), dtype=torch.uint8, device=query.device)
