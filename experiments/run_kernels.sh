@@ -8,7 +8,7 @@
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
 #        PROFILE_FORMATS (profile: formats whose decode Nsight Compute profiles; turboquant_4bit_nc),
-#        PROFILE_SHAPE (profile: tq-bench shape flags with B 32 and 8 kv heads; default 32/8, d 128),
+#        PROFILE_SHAPE (profile: tq-bench shape flags; default $SHAPE: B 32, 32/8, d 128),
 #        REAL_KV (realkv: tq-dump files for tq-bench --check-dump; default out/kv/*.h5, else
 #        tests/data/kv/*.h5), REAL_KV_POSITIONS (256),
 #        MODELS (models: tq-bench --model names; default every listed model whose head_dim the
@@ -160,10 +160,12 @@ fi
 if has profile; then
   # One launch of a decode kernel under Nsight Compute (clocks left alone) for each of PROFILE_FORMATS
   # (default turboquant_4bit_nc), then our FP16 kernel once, with the per-instruction stall samples
-  # summarised by experiments/ncu_summary.py per 32-token sub-tile and head (SHAPE's B 32 and 8 kv
-  # heads at ctx PCTX). Reports go to /tmp (~20 MB each).
+  # summarised by experiments/ncu_summary.py per 32-token sub-tile and kv head (PROFILE_SHAPE's batch and
+  # kv heads at ctx PCTX). Reports go to /tmp (~20 MB each).
   PCTX=32768
-  PSHAPE=${PROFILE_SHAPE:-$SHAPE}  # keep B 32 and 8 kv heads: the --units below assume them
+  PSHAPE=${PROFILE_SHAPE:-$SHAPE}
+  flag() { local v; v=$(sed -nE "s/.*--$1 ([0-9]+).*/\1/p" <<< "$PSHAPE"); echo "${v:-$2}"; }
+  UNITS=$(( $(flag batch 32) * PCTX * $(flag kv-heads 8) / 32 ))  # 32-token sub-tiles × kv heads
   profile_one() {  # format, kernel-name regex
     local rep=/tmp/ncu_$1_$2
     if timeout 200 ncu --clock-control none -k regex:"$2" --launch-skip 3 --launch-count 1 \
@@ -173,7 +175,7 @@ if has profile; then
         "$BUILD/tq-bench" --format "$1" $PSHAPE --ctx $PCTX --reps 20 --warmup 1 > /tmp/ncu_run.log 2>&1; then
       { echo "==== $1: $2"; ncu --import "$rep.ncu-rep" --page details
         ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" &&
-          python3 "$ROOT/experiments/ncu_summary.py" "$rep.csv" --units $(( 32 * PCTX * 8 / 32 )); } >> "$OUT/ncu.log" 2>&1
+          python3 "$ROOT/experiments/ncu_summary.py" "$rep.csv" --units $UNITS; } >> "$OUT/ncu.log" 2>&1
     else
       status=1; echo "ncu $1 $2 failed"; tail -5 /tmp/ncu_run.log
     fi
