@@ -14,7 +14,7 @@
 #        MODELS (models: tq-bench --model names; default every listed model whose head_dim the
 #        formats take), MODEL_CTX ("4096 32768"), MODEL_BATCH (32), MODEL_FORMATS
 #        ("turboquant_4bit_nc turboquant_k3v4_nc turbo3"), PLANNER_GROUPS (planner: experiments/planner_ab.py
-#        --groups; "tiles,mq,deal")
+#        --groups; "tiles,mq,deal"), PLANNER_TIMEOUT (planner: seconds; 400)
 #
 # Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
 # report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
@@ -140,8 +140,10 @@ fi
 if has planner; then
   # The planner's choices (column tiles, balanced dealing) against their alternatives, interleaved in one binary.
   t0=$(date +%s)
-  timeout 540 python3 "$ROOT/experiments/planner_ab.py" "$BUILD/tq-bench" "$OUT/planner.jsonl" \
-    --groups "${PLANNER_GROUPS:-tiles,mq,deal}" > "$OUT/planner.txt" 2>> "$OUT/errors.log" || status=1
+  timeout "${PLANNER_TIMEOUT:-400}" python3 "$ROOT/experiments/planner_ab.py" "$BUILD/tq-bench" "$OUT/planner.jsonl" \
+    --groups "${PLANNER_GROUPS:-tiles,mq,deal}" > "$OUT/planner.txt" 2>> "$OUT/errors.log" || {
+    status=1  # (cut short: the summary of the runs that finished)
+    python3 "$ROOT/experiments/planner_ab.py" --summary "$OUT/planner.jsonl" > "$OUT/planner.txt"; }
   echo "planner A/B: $(( $(date +%s) - t0 )) s"; cat "$OUT/planner.txt"
 fi
 
