@@ -178,7 +178,7 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len):
     scale = d ** -0.5
     out = tq.decode(q.to(DEV) if q_len > 1 else q[:, 0].to(DEV), cache, table, lens, fmt, scale, validate=True)
     out = out.view(len(seq_lens), q_len, hq, d).float().cpu()
-    # The GPU suite's criterion (tests/gpu/test_decode.cpp): per query row ‖out − ref‖ / ‖ref‖ ≤ 1e-3.
+    # The GPU suite's criterion (tests/gpu/decode_fixture.h): per query row ‖out − ref‖ / ‖ref‖ ≤ 1e-3.
     # Measured on these inputs (H200): ≤ 2.5e-4 single-query, ≤ 3.5e-4 fused (G > 4 columns carry p·scale
     # as fp16 alone); the largest element error of either is ≈ 1e-3 of outputs of magnitude ≈ 1.
     worst = 0.0

@@ -1,0 +1,233 @@
+#include "decode_fixture.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tq/cuda/store.h"
+#include "tq/format.h"
+#include "tq/parallel.h"
+
+namespace tqtest {
+
+Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
+  Filled F;
+  F.pg = make_paging(c.lens, c.bs, rng);
+  const auto& pg = F.pg;
+  const size_t rows = size_t(pg.total_tokens) * c.hkv;
+  auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
+  auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  auto fill_row = [&](std::vector<uint16_t>& m, size_t row, float v) {
+    std::fill(m.begin() + std::ptrdiff_t(row * c.d), m.begin() + std::ptrdiff_t((row + 1) * c.d), tq::float_to_half(v));
+  };
+  if (c.spike_k > 0)
+    for (size_t row = 0; row < rows; row += size_t(c.spike_k)) {
+      fill_row(kh, row, 0.f);
+      kh[row * c.d + row % size_t(c.d)] = tq::float_to_half(3.f);
+    }
+  if (c.special_v > 0)
+    for (size_t row = 0; row < rows; row += size_t(c.special_v)) {
+      fill_row(vh, row, float(0.5 + 0.25 * double(row % 7)));
+      if (c.special_v > 1 && row + 1 < rows) fill_row(vh, row + 1, 0.f);
+    }
+  F.first.resize(size_t(pg.batch));
+  for (int b = 0, acc = 0; b < pg.batch; acc += pg.lens[size_t(b)], ++b) F.first[size_t(b)] = acc;
+  if (c.key_ramp > 0)
+    for (int b = 0; b < pg.batch; ++b)
+      for (int t = 0; t < pg.lens[size_t(b)]; ++t) {
+        const float f = float(1.0 + c.key_ramp * t / pg.lens[size_t(b)]);
+        const size_t row0 = size_t(F.first[size_t(b)] + t) * c.hkv * c.d;
+        for (size_t j = row0; j < row0 + size_t(c.hkv) * c.d; ++j)
+          kh[j] = tq::float_to_half(f * tq::half_to_float(kh[j]));
+      }
+  const size_t slots = size_t(pg.num_blocks) * pg.block_size * c.hkv;
+  if (c.fmt == "f16") {
+    std::vector<uint16_t> hk(slots * c.d, 0xffff), hv(slots * c.d, 0xffff);  // NaN poison in unused positions
+    for (int64_t t = 0; t < pg.total_tokens; ++t)
+      for (int h = 0; h < c.hkv; ++h)
+        for (int j = 0; j < c.d; ++j) {
+          const size_t src = (size_t(t) * c.hkv + h) * c.d + j;
+          const size_t dst = (size_t(pg.slot_of_token[size_t(t)]) * c.hkv + h) * c.d + j;
+          hk[dst] = kh[src];
+          hv[dst] = vh[src];
+        }
+    F.kc = std::make_unique<DevMem>(hk.size() * 2);
+    F.vc = std::make_unique<DevMem>(hv.size() * 2);
+    F.kc->upload(hk);
+    F.vc->upload(hv);
+    F.k = halves_to_floats(kh);
+    F.v = halves_to_floats(vh);
+  } else {
+    const tq::KvFormat f = tq::make_format(c.fmt, c.d);
+    const auto kf = tq::cuda::kernel_format(f);
+    F.slot_bytes = int(f.slot_bytes());
+    F.cache = std::make_unique<DevMem>(slots * f.slot_bytes());
+    F.cache->fill(0xff);  // fp16 fields of never-written slots read as NaN
+    DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(size_t(pg.total_tokens) * 8);
+    dk.upload(kh);
+    dv.upload(vh);
+    dmap.upload(pg.slot_of_token);
+    const auto sp = tq::cuda::StoreParams::contiguous(
+        dk.as(), dv.as(), dmap.as<int64_t>(), int(pg.total_tokens), c.d,
+        {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes, c.layout()});
+    tq::cuda::store_kv(kf, sp);
+    device_sync();
+    auto bytes = F.cache->download<uint8_t>(F.cache->size());
+    if (c.planes) bytes = convert_layout(bytes, kf, pg.num_blocks, pg.block_size, c.hkv, /*to_planes=*/false);
+    F.k.resize(rows * c.d);
+    F.v.resize(rows * c.d);
+    // the CPU decoder's K/V of every token (the reference's inputs), tokens over the CPU's threads
+    tq::parallel_for(tq::resolve_threads(0), pg.total_tokens, [&](int64_t t) {
+      for (int h = 0; h < c.hkv; ++h)
+        f.decode_slots(bytes.data() + (size_t(pg.slot_of_token[size_t(t)]) * c.hkv + h) * f.slot_bytes(), 1,
+                       &F.k[(size_t(t) * c.hkv + h) * c.d], &F.v[(size_t(t) * c.hkv + h) * c.d]);
+    });
+  }
+  F.table = std::make_unique<DevMem>(pg.table.size() * 4);
+  F.table->upload(pg.table);
+  F.lens = std::make_unique<DevMem>(pg.lens.size() * 4);
+  F.lens->upload(pg.lens);
+  return F;
+}
+
+std::vector<double> reference(const Filled& F, const DecodeCase& c, const float* q, int b, int h, int len,
+                              double scale) {
+  std::vector<double> s(static_cast<size_t>(len)), o(static_cast<size_t>(c.d), 0.0);
+  double mx = -INFINITY;
+  for (int t = 0; t < len; ++t) {
+    const float* kr = &F.k[((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * c.d];
+    double acc = 0;
+    for (int j = 0; j < c.d; ++j) acc += double(q[j]) * kr[j];
+    s[size_t(t)] = acc * scale;
+    mx = std::max(mx, s[size_t(t)]);
+  }
+  double z = 0;
+  for (int t = 0; t < len; ++t) {
+    const double p = std::exp(s[size_t(t)] - mx);
+    z += p;
+    const float* vr = &F.v[((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * c.d];
+    for (int j = 0; j < c.d; ++j) o[size_t(j)] += p * vr[j];
+  }
+  for (auto& x : o) x /= z;
+  return o;
+}
+
+int64_t token_stride(const DecodeCase& c) { return int64_t(c.hq) * c.d + (c.q_len > 1 ? 8 : 0); }
+int64_t batch_stride(const DecodeCase& c) { return token_stride(c) * c.q_len; }
+size_t row_offset(const DecodeCase& c, int b, int j, int h) {
+  return size_t(b * batch_stride(c) + j * token_stride(c) + int64_t(h) * c.d);
+}
+
+DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
+  DecodeRun R;
+  const size_t n = size_t(F.pg.batch * batch_stride(c));
+  const auto qh = random_rows(rng, (n + size_t(c.d) - 1) / size_t(c.d), c.d, 0.0, c.q_sigma);  // (padding: random too)
+  R.qf = halves_to_floats(qh);
+  R.q = std::make_unique<DevMem>(qh.size() * 2);
+  R.q->upload(qh);
+  R.out = std::make_unique<DevMem>(qh.size() * 2);
+  R.p.query = R.q->as();
+  R.p.q_stride_batch = batch_stride(c);
+  R.p.q_stride_head = c.d;
+  R.p.out = R.out->as();
+  R.p.o_stride_batch = batch_stride(c);
+  R.p.o_stride_head = c.d;
+  R.p.q_len = c.q_len;
+  R.p.q_stride_token = R.p.o_stride_token = c.q_len > 1 ? token_stride(c) : 0;
+  R.p.n_q_heads = c.hq;
+  R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
+  R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
+  R.p.num_splits = c.splits;
+  R.p.column_tiles = c.tiles;
+  R.p.even_dealing = c.even;
+  R.p.max_seq_len = c.plan_max_len > 0 ? c.plan_max_len : F.pg.max_len;
+  if (c.fmt == "f16") {
+    const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
+    R.plan = tq::cuda::plan_decode_f16(kc, R.p, c.sm_count);
+  } else {
+    const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
+    R.plan = tq::cuda::plan_decode(kf, pc, R.p, c.sm_count);
+  }
+  R.ws = std::make_unique<DevMem>(R.plan.workspace_bytes);
+  return R;
+}
+
+void launch(const DecodeCase& c, Filled& F, DecodeRun& R, cudaStream_t stream) {
+  if (c.fmt == "f16") {
+    const tq::cuda::PagedCacheF16 kc{F.kc->as(), F.vc->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
+    tq::cuda::paged_decode_f16(kc, R.p, R.plan, R.ws->as(), stream);
+  } else {
+    const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+    const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
+    tq::cuda::paged_decode(kf, pc, R.p, R.plan, R.ws->as(), stream);
+  }
+}
+
+double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, const std::vector<int>& lens) {
+  const auto out = R.out->download<uint16_t>(R.out->size() / 2);
+  const int g = c.hq / c.hkv;
+  auto visible = [&](int b, int qt) { return std::max(0, lens[size_t(b)] - c.q_len + 1 + qt); };
+  // The float64 references first, rows over the CPU's threads (each row's arithmetic is the same
+  // whichever thread runs it); then the checks, in row order on this thread.
+  const int64_t n_rows = int64_t(F.pg.batch) * c.q_len * c.hq;
+  std::vector<std::vector<double>> refs(static_cast<size_t>(n_rows));
+  tq::parallel_for(tq::resolve_threads(0), n_rows, [&](int64_t i) {
+    const int qh = int(i % c.hq), qt = int(i / c.hq % c.q_len), b = int(i / (int64_t(c.hq) * c.q_len));
+    const int len = visible(b, qt);
+    if (len > 0) refs[size_t(i)] = reference(F, c, &R.qf[row_offset(c, b, qt, qh)], b, qh / g, len, double(R.p.attn_scale));
+  });
+  double worst = 0;
+  for (int b = 0; b < F.pg.batch; ++b)
+    for (int qt = 0; qt < c.q_len; ++qt)
+    for (int qh = 0; qh < c.hq; ++qh) {
+      const size_t row = row_offset(c, b, qt, qh);
+      const int len = visible(b, qt);
+      if (c.q_len > 1 && qh == c.hq - 1)
+        for (int j = 0; j < 8; ++j) {
+          INFO(c.fmt << " padding after sequence " << b << " query " << qt);
+          REQUIRE(out[row + size_t(c.d) + size_t(j)] == 0xffff);
+        }
+      if (len == 0) {  // no tokens: the output row is zero
+        for (int j = 0; j < c.d; ++j) {
+          INFO(c.fmt << " empty sequence " << b << " query " << qt << " q head " << qh << " dim " << j);
+          REQUIRE(out[row + size_t(j)] == 0);
+        }
+        continue;
+      }
+      const auto& ref = refs[size_t((int64_t(b) * c.q_len + qt) * c.hq + qh)];
+      double e = 0, n = 0;
+      bool finite = true;
+      for (int j = 0; j < c.d; ++j) {
+        const double o = tq::half_to_float(out[row + size_t(j)]);
+        finite = finite && std::isfinite(o);
+        e += (o - ref[size_t(j)]) * (o - ref[size_t(j)]);
+        n += ref[size_t(j)] * ref[size_t(j)];
+      }
+      INFO(c.fmt << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " q_len=" << c.q_len
+                 << " splits=" << R.plan.num_splits << " parts=" << R.plan.parts << " passes=" << R.plan.query_passes
+                 << " slices=" << R.plan.query_slices << " sequence " << b << " (len " << lens[size_t(b)]
+                 << ") query " << qt << " q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "
+                 << std::sqrt(e));
+      REQUIRE(finite);
+      const double rel = std::sqrt(e / n);
+      REQUIRE(rel <= kTol);
+      worst = std::max(worst, rel);
+    }
+  return worst;
+}
+
+double run_decode(const DecodeCase& c, const std::function<void(const DecodePlan&, const Filled&)>& check_plan) {
+  tq::Rng rng(c.seed);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  if (check_plan) check_plan(R.plan, F);
+  R.out->fill(0xff);
+  R.ws->fill(0xff);
+  launch(c, F, R);
+  device_sync();
+  return check_output(c, F, R, F.pg.lens);
+}
+
+}  // namespace tqtest

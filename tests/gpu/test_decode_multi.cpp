@@ -1,0 +1,162 @@
+// Multi-query decode (q_len > 1 query tokens per sequence, causal within the chunk) against the
+// float64 causal reference (decode_fixture.h), its plans, CUDA-graph replays and argument checks.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "decode_fixture.h"
+#include "tq/cuda/decode.h"
+#include "tq/cuda/kernel_format.h"
+#include "tq/format.h"
+
+using namespace tqtest;
+using tq::cuda::DecodePlan;
+
+// Multi-query (q_len > 1): every query token against the float64 causal reference.
+static void run_multi_query(const std::string& fmt, bool quick) {
+  DecodeCase c;
+  c.fmt = fmt;
+  struct Shape {
+    int hq, hkv, d;
+  };
+  // G 4 (32/8: 16-column launches for q_len 4, two N-tiles per warp where the format has them), G 1 (MHA),
+  // G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 (8 kv heads: the two-tile kernel) / 256
+  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}, {8, 2, 128}}
+                                          : std::vector<Shape>{{32, 8, 128}, {8, 8, 128}, {64, 8, 128}, {12, 2, 128},
+                                                               {16, 4, 64}, {32, 8, 64}, {16, 2, 256}};
+  for (const auto& sh : shapes)
+    for (const int q_len : quick ? std::vector<int>{2, 5} : std::vector<int>{2, 4, 7, 16, 33}) {
+      c.hq = sh.hq;
+      c.hkv = sh.hkv;
+      c.d = sh.d;
+      c.q_len = q_len;
+      // a sequence shorter than the chunk (its first queries see nothing), one of exactly q_len, chunks whose
+      // causal tail crosses a 32-token sub-tile and a work item's end, a long one
+      c.lens = {3, q_len, 31 + q_len, 100, quick ? 700 : 2500};
+      c.splits = 0;
+      run_decode(c);
+      c.splits = 3;
+      c.lens = {q_len + 1, 64, 65};
+      run_decode(c);
+    }
+}
+
+TEST_CASE("decode: multi-query (q_len 2 … 33, causal within the chunk), every format", "[decode][multi]") {
+  for (const auto& fmt : kDecodeFormats)
+    if (fmt != "f16") run_multi_query(fmt, false);
+}
+
+TEST_CASE("decode: multi-query quick subset", "[decode][multi][quick]") {
+  for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3", "turbo4-qjl"}) run_multi_query(fmt, true);
+}
+
+// Captures one decode of c in a CUDA graph, then replays it once per entry of `lens` (new lengths over
+// the same pages, uploaded before the replay), each output against the float64 reference.
+static void check_graph_replays(const DecodeCase& c, uint64_t seed, const std::vector<std::vector<int>>& lens) {
+  tq::Rng rng(seed);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  cudaStream_t s;
+  TQ_CUDA_CHECK(cudaStreamCreate(&s));
+  cudaGraph_t graph;
+  TQ_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch(c, F, R, s);
+  TQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  TQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (const auto& l : lens) {
+    F.lens->upload(l);
+    R.out->fill(0xff);
+    TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    TQ_CUDA_CHECK(cudaStreamSynchronize(s));
+    check_output(c, F, R, l);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[decode][graph]") {
+  DecodeCase c;
+  c.fmt = "turboquant_4bit_nc";
+  c.lens = {700, 3000, 64};
+  c.splits = 4;
+  check_graph_replays(c, 31, {c.lens, {1, 2999, 17}});  // the captured lengths, then new ones on the same pages
+}
+
+TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "[decode][graph][multi][quick]") {
+  DecodeCase c;
+  c.fmt = "turboquant_k3v4_nc";
+  c.q_len = 4;
+  c.lens = {700, 3000, 64};
+  c.splits = 4;
+  check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
+}
+
+// Which multi-query kernels the planner takes: two 8-column N-tiles per warp in CTAs of 8 warps (one
+// per kv head) for the mse / fp8-key formats at 8 heads per CTA and more than 8 columns per kv head,
+// launches of ≤ 16 columns; else the one-tile kernels.
+TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format has them", "[decode][multi][quick]") {
+  struct Want {
+    const char* fmt;
+    int d, hq, hkv, q_len, tiles, passes;
+    int force = 0;  // DecodeParams::column_tiles
+  };
+  const Want wants[] = {
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1},   // 16 columns: one launch
+      {"turboquant_k3v4_nc", 128, 32, 8, 5, 2, 2},   // 20: 16 + 4
+      {"turboquant_3bit_nc", 64, 32, 8, 16, 2, 4},   // 64: four launches of 16
+      {"turboquant_k8v4", 128, 64, 8, 2, 2, 1},      // G 8, 16 columns
+      {"turboquant_4bit_nc", 128, 32, 8, 2, 1, 1},   // 8 columns: one tile
+      {"turboquant_4bit_nc", 128, 8, 2, 4, 1, 1},    // 2 kv heads per CTA: the one-tile kernels, both slices
+      {"turbo3", 128, 32, 8, 4, 1, 1},               // turbo values: one tile (both slices, 16 warps)
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 1},  // one tile asked for: both slices, 16 warps
+      {"turboquant_k8v4", 128, 32, 8, 4, 1, 2, 1},     // one tile asked for, 8-warp kernel: two launches
+  };
+  for (const Want& w : wants) {
+    DecodeCase c;
+    c.fmt = w.fmt;
+    c.d = w.d;
+    c.hq = w.hq;
+    c.hkv = w.hkv;
+    c.q_len = w.q_len;
+    c.tiles = w.force;
+    c.lens = {w.q_len + 40, 300};
+    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len << " tiles asked " << w.force);
+    run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+      REQUIRE(plan.column_tiles == w.tiles);
+      REQUIRE(plan.query_passes == w.passes);
+      if (w.tiles == 2) REQUIRE((plan.threads == 256 && plan.heads_per_cta == 8 && plan.warps_per_head == 1));
+    });
+  }
+}
+
+TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][quick]") {
+  DecodeCase c;
+  c.fmt = "turboquant_4bit_nc";
+  c.lens = {40};
+  c.q_len = 3;
+  tq::Rng rng(5);
+  Filled F = fill_cache(c, rng);
+  DecodeRun R = prepare(c, F, rng);
+  const auto kf = tq::cuda::kernel_format(tq::make_format(c.fmt, c.d));
+  const tq::cuda::PagedCache pc{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes, c.layout()};
+  using Catch::Matchers::Contains;
+  auto p = R.p;
+  p.q_len = 0;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("q_len 0 must be 1"));
+  p.q_len = tq::cuda::kMaxQueryLen + 1;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("dense"));
+  p = R.p;
+  p.q_stride_token = 0;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("q_stride_token"));
+  p = R.p;
+  p.q_len = 2;  // a plan for q_len 3 used for q_len 2
+  REQUIRE_THROWS_WITH(tq::cuda::paged_decode(kf, pc, p, R.plan, R.ws->as()), Contains("plan is for q_len 3"));
+  const tq::cuda::PagedCache planes{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes,
+                                    tq::cuda::CacheLayout::planes};
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, planes, R.p), Contains("vLLM cache layout"));
+  const tq::cuda::PagedCacheF16 f16{F.cache->as(), F.cache->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode_f16(f16, R.p), Contains("q_len 3 not supported"));
+}
