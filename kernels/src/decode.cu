@@ -378,9 +378,19 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     return plan;
   };
   if (multi) {  // launches of ColumnChunks; the column buffers ahead of the parts in the workspace
-    const int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
-    const ColumnChunks ch(group, heads, decode_cta_warps(f), tiles);
+    int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
+    ColumnChunks ch(group, heads, decode_cta_warps(f), tiles);
     DecodePlan plan = plan_for(ch.dual, tiles);
+    // short work items (two_tile_items, as single-query decodes at 8 < G ≤ 16): one tile per warp and
+    // both slices per launch, where that takes as many launches
+    if (tiles == 2 && p.column_tiles == 0 && !two_tile_items(p.max_seq_len, plan.num_splits)) {
+      const ColumnChunks one(group, heads, decode_cta_warps(f), 1);
+      if (one.dual && one.n == ch.n) {
+        ch = one;
+        tiles = 1;
+        plan = plan_for(ch.dual, tiles);
+      }
+    }
     plan.query_passes = ch.n;
     plan.q_len = p_in.q_len;
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);

@@ -33,12 +33,17 @@ static void run_multi_query(const std::string& fmt, bool quick) {
       c.q_len = q_len;
       // a sequence shorter than the chunk (its first queries see nothing), one of exactly q_len, chunks whose
       // causal tail crosses a 32-token sub-tile and a work item's end, a long one
-      c.lens = {3, q_len, 31 + q_len, 100, quick ? 700 : 2500};
-      c.splits = 0;
-      run_decode(c);
-      c.splits = 3;
-      c.lens = {q_len + 1, 64, 65};
-      run_decode(c);
+      // each with the planner's tiles, then two N-tiles per warp forced (the planner takes one tile for
+      // these short work items where the launch has both slices)
+      for (const int tiles : {0, 2}) {
+        c.tiles = tiles;
+        c.lens = {3, q_len, 31 + q_len, 100, quick ? 700 : 2500};
+        c.splits = 0;
+        run_decode(c);
+        c.splits = 3;
+        c.lens = {q_len + 1, 64, 65};
+        run_decode(c);
+      }
     }
 }
 
@@ -96,12 +101,14 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
 
 // Which multi-query kernels the planner takes: two 8-column N-tiles per warp in CTAs of 8 warps (one
 // per kv head) for the mse / fp8-key formats at 8 heads per CTA and more than 8 columns per kv head,
-// launches of ≤ 16 columns; else the one-tile kernels.
+// launches of ≤ 16 columns, where work items stream more than 256 tokens (or one tile would take more
+// launches); else the one-tile kernels.
 TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format has them", "[decode][multi][quick]") {
   struct Want {
     const char* fmt;
     int d, hq, hkv, q_len, tiles, passes;
-    int force = 0;  // DecodeParams::column_tiles
+    int force = 0;   // DecodeParams::column_tiles
+    int splits = 1;  // 1: work items of 300 tokens (two_tile_items); 0: auto, items of ≤ 32 tokens
   };
   const Want wants[] = {
       {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1},   // 16 columns: one launch
@@ -113,6 +120,10 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
       {"turbo3", 128, 32, 8, 4, 1, 1},               // turbo values: one tile (both slices, 16 warps)
       {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 1},  // one tile asked for: both slices, 16 warps
       {"turboquant_k8v4", 128, 32, 8, 4, 1, 2, 1},     // one tile asked for, 8-warp kernel: two launches
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 0, 0},   // short items: one tile, both slices, one launch
+      {"turboquant_3bit_nc", 64, 32, 8, 16, 1, 4, 0, 0},   // short items: four launches of both slices
+      {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1, 2, 0},   // short items, two tiles asked for
+      {"turboquant_k8v4", 128, 64, 8, 2, 2, 1, 0, 0},      // short items, 8-warp kernel: two tiles (one launch)
   };
   for (const Want& w : wants) {
     DecodeCase c;
@@ -122,9 +133,13 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
     c.hkv = w.hkv;
     c.q_len = w.q_len;
     c.tiles = w.force;
+    c.splits = w.splits;
     c.lens = {w.q_len + 40, 300};
-    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len << " tiles asked " << w.force);
+    INFO(w.fmt << " d " << w.d << " " << w.hq << "/" << w.hkv << " q_len " << w.q_len << " tiles asked " << w.force
+               << " splits " << w.splits);
     run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+      INFO("plan: splits " << plan.num_splits << " items " << plan.items << " threads " << plan.threads);
+      if (w.splits == 0 && w.tiles == 1) REQUIRE(plan.num_splits * 256 >= 300);  // the short items the row is about
       REQUIRE(plan.column_tiles == w.tiles);
       REQUIRE(plan.query_passes == w.passes);
       if (w.tiles == 2) REQUIRE((plan.threads == 256 && plan.heads_per_cta == 8 && plan.warps_per_head == 1));
