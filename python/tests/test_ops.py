@@ -200,6 +200,32 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len):
     assert worst <= 1e-3, worst
 
 
+@pytest.mark.parametrize("seq_lens", [[301, 40, 64, 32], [301, 17, 64, 32]])
+def test_decode_at_g8_takes_the_dense_path_only_where_every_sequence_holds_its_chunk(seq_lens):
+    # G 8, q_len 32: 256 columns per kv head, the dense path's side of takes_dense; a sequence of 17 tokens
+    # (shorter than the chunk: its first 15 queries see nothing) keeps the whole batch on the fused kernel
+    fmt, d, kvh, hq, q_len = "turboquant_4bit_nc", 128, 2, 16, 32
+    assert tq.takes_dense(q_len, hq, kvh)
+    cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=11)
+    q = torch.randn(len(seq_lens), q_len, hq, d, generator=gen(12)).half()
+    scale = d ** -0.5
+    out = tq.decode(q.to(DEV), cache, table, lens, fmt, scale).float().cpu()
+    dense = min(seq_lens) >= q_len
+    worst = 0.0
+    for i, n in enumerate(seq_lens):
+        k, v = cpu_kv(cache, table, i, n, fmt, d)
+        if dense:  # decode_dense attends over the fp16-rounded dequant (as in the test above)
+            k, v = k.half().float(), v.half().float()
+        for j in range(q_len):
+            visible = n - q_len + 1 + j
+            if visible <= 0:  # no position yet: the fused kernel writes zeros
+                assert not dense and torch.equal(out[i, j], torch.zeros_like(out[i, j]))
+                continue
+            ref = reference_attention(q[i, j].float(), k[:visible], v[:visible], scale)
+            worst = max(worst, ((out[i, j].double() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item())
+    assert worst <= 1e-3, worst
+
+
 def test_takes_dense_picks_the_faster_path_of_every_measured_chunk():
     # The rows python/examples/bench_multi_query.py measured on an H200 (fused kernel and dequant + SDPA
     # timed in the same run): decode()'s rule must pick the faster path wherever they differ by > 10%.
