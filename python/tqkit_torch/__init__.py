@@ -120,7 +120,8 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
     b, q_len, heads, d = _qshape(query)
     # (a sequence shorter than its chunk stays on the fused kernel, which masks its first queries; the
     # dense path reads seq_lens on the host anyway)
-    if takes_dense(q_len, heads, kv_cache.shape[2]) and (q_len > 128 or int(seq_lens.min()) >= q_len):
+    if takes_dense(q_len, heads, kv_cache.shape[2]) and (
+            q_len > 128 or (seq_lens.numel() > 0 and int(seq_lens.min()) >= q_len)):
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
     ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
                                             max_seq_len, num_splits), dtype=torch.uint8, device=query.device)
