@@ -372,7 +372,7 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
   const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
   tq::Json rows = tq::Json::array();
   tq::Table table({"format", "q_len", "fused_ms", "%copy", "q_len1_ms", "fused/q_len1", "separate_ms", "separate/fused",
-                   "passes", "tiles"});
+                   "f16_ms", "x_f16", "passes", "tiles"});
   for (const auto& name : tq::expand_format_names(a.formats)) {
     if (name == "f16") continue;
     const tq::KvFormat f = tq::make_format(name, a.head_dim);
@@ -395,7 +395,7 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
   } else {
     std::printf("tq-bench multi-query on %s (%d SMs): %s; device copy %.0f GB/s; medians of %d launches\n"
                 "fused: one decode of q_len queries per sequence (causal within the chunk); q_len1: one query; "
-                "separate: q_len single-query decodes in a row\n%s",
+                "separate: q_len single-query decodes in a row; f16: our FP16 decode of the same q_len\n%s",
                 dev.name.c_str(), dev.sm_count, shape_text(a).c_str(), copy.gbps, a.reps, table.text().c_str());
   }
   return 0;

@@ -118,6 +118,9 @@ void to_json(Json& j, const MultiQueryReport& r) {
            {"separate_ms", m.separate.median_ms},
            {"fused_over_single", m.fused.median_ms / m.single.median_ms},
            {"separate_over_fused", m.separate.median_ms / m.fused.median_ms},
+           {"f16_ms", m.f16.median_ms},  // our FP16 multi-query decode, same q_len
+           {"speedup_vs_f16", m.f16.median_ms / m.fused.median_ms},
+           {"f16_query_passes", m.f16_plan.query_passes},
            {"pct_copy", pct(m.gbps, r.copy)},
            {"query_passes", m.plan.query_passes},  // launches over the cache (16 or 8 columns each)
            {"column_tiles", m.plan.column_tiles},  // 8-column N-tiles per warp (2: 16 columns from each decode)
@@ -135,6 +138,8 @@ Cells table_cells(const MultiQueryReport& r) {
           fmt::format("{:.2f}", m.fused.median_ms / m.single.median_ms),
           fmt::format("{:.4f}", m.separate.median_ms),
           fmt::format("{:.2f}", m.separate.median_ms / m.fused.median_ms),
+          fmt::format("{:.4f}", m.f16.median_ms),
+          fmt::format("{:.2f}", m.f16.median_ms / m.fused.median_ms),
           std::to_string(m.plan.query_passes),
           std::to_string(m.plan.column_tiles)};
 }

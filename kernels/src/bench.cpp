@@ -212,6 +212,37 @@ Caches filled_caches(const KernelFormat& kf, const BenchShape& s) {
   return c;
 }
 
+// The shape's fp16 paged K and V (random, as a model's) in `copies` copies, as Caches.
+struct F16Caches {
+  int copies = 0;
+  int64_t num_blocks = 0;
+  TableSetup tables;
+  std::vector<std::unique_ptr<Buf>> ks, vs;
+  int block_size = 0, n_kv_heads = 0, head_dim = 0;
+  PagedCacheF16 view(int i) const {  // copy i % copies
+    return {ks[size_t(i % copies)]->p, vs[size_t(i % copies)]->p, num_blocks, block_size, n_kv_heads, head_dim};
+  }
+};
+
+F16Caches filled_f16_caches(const BenchShape& s) {
+  F16Caches c;
+  const int pages = seq_pages(s);
+  c.num_blocks = int64_t(s.batch) * pages;
+  c.block_size = s.block_size;
+  c.n_kv_heads = s.n_kv_heads;
+  c.head_dim = s.head_dim;
+  const size_t elems = size_t(c.num_blocks) * s.block_size * s.n_kv_heads * s.head_dim;
+  c.copies = cache_copies(4 * elems);  // K and V of one copy
+  for (int i = 0; i < c.copies; ++i) {
+    c.ks.push_back(std::make_unique<Buf>(2 * elems));
+    c.vs.push_back(std::make_unique<Buf>(2 * elems));
+    fill_random_f16(c.ks.back()->p, elems, uint64_t(100 + 2 * i), 0.f, 1.f);
+    fill_random_f16(c.vs.back()->p, elems, uint64_t(101 + 2 * i), 0.3f, 1.f);
+  }
+  c.tables = table_setup(s, pages);
+  return c;
+}
+
 }  // namespace
 
 CopyBench bench_copy(size_t bytes, const BenchOptions& o) {
@@ -267,33 +298,25 @@ MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_
   });
   r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.fused.median_ms * 1e6);
+  {  // our FP16 multi-query decode of the same q_len over an fp16 cache of the shape
+    const F16Caches f16 = filled_f16_caches(s);
+    DecodeSetup d = decode_setup(s, f16.tables.blocks, q_len);
+    r.f16_plan = plan_decode_f16(f16.view(0), d.p);
+    d.ws = std::make_unique<Buf>(r.f16_plan.workspace_bytes);
+    r.f16 = time_launches(o, [&](int i) { paged_decode_f16(f16.view(i), d.p, r.f16_plan, d.ws->p); });
+  }
   return r;
 }
 
 DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
   check_shape(s);
-  const int pages = seq_pages(s);
-  const int64_t num_blocks = int64_t(s.batch) * pages;
-  const size_t elems = size_t(num_blocks) * s.block_size * s.n_kv_heads * s.head_dim;
+  const F16Caches caches = filled_f16_caches(s);
   DecodeBench r;
-  r.copies = cache_copies(4 * elems);  // K and V of one copy
-  std::vector<std::unique_ptr<Buf>> ks, vs;
-  for (int c = 0; c < r.copies; ++c) {
-    ks.push_back(std::make_unique<Buf>(2 * elems));
-    vs.push_back(std::make_unique<Buf>(2 * elems));
-    fill_random_f16(ks.back()->p, elems, uint64_t(100 + 2 * c), 0.f, 1.f);
-    fill_random_f16(vs.back()->p, elems, uint64_t(101 + 2 * c), 0.3f, 1.f);
-  }
-  const TableSetup tables = table_setup(s, pages);
-  DecodeSetup d = decode_setup(s, tables.blocks);
-  const PagedCacheF16 c0{ks[0]->p, vs[0]->p, num_blocks, s.block_size, s.n_kv_heads, s.head_dim};
-  r.plan = plan_decode_f16(c0, d.p);
+  r.copies = caches.copies;
+  DecodeSetup d = decode_setup(s, caches.tables.blocks);
+  r.plan = plan_decode_f16(caches.view(0), d.p);
   d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
-  r.t = time_launches(o, [&](int i) {
-    const PagedCacheF16 c{ks[size_t(i % r.copies)]->p, vs[size_t(i % r.copies)]->p, num_blocks, s.block_size,
-                          s.n_kv_heads, s.head_dim};
-    paged_decode_f16(c, d.p, r.plan, d.ws->p);
-  });
+  r.t = time_launches(o, [&](int i) { paged_decode_f16(caches.view(i), d.p, r.plan, d.ws->p); });
   r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * s.head_dim * 4;
   r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
   return r;

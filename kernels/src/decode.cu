@@ -237,21 +237,6 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   return n_kv_heads % 8 == 0 ? 8 : 0;
 }
 
-// ---- Multi-query decode (DecodeParams::q_len > 1) ----
-// The q_len · G query rows of a kv head become the columns of one launch ("virtual query heads",
-// column c = j·G + g: query j, head g of the group), so the kernel's GQA machinery reads each page
-// once for all of them; the causal kernels (MultiQuery) mask each column at its own limit. The
-// queries are first gathered into column order [batch, n_kv_heads · q_len · G, head_dim] and the
-// outputs scattered back (two small kernels: 2 · q_len · n_q_heads · head_dim · 2 bytes per
-// sequence each way, against the cache's megabytes).
-struct MqLayout {
-  size_t rows = 0, piece = 0;  // virtual query rows; bytes of each of the two buffers (256-aligned)
-  MqLayout(const DecodeParams& p, int head_dim)
-      : rows(size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(p.q_len)),
-        piece((rows * size_t(head_dim) * 2 + 255) / 256 * 256) {}
-  size_t bytes() const { return 2 * piece; }
-};
-
 // Columns of a multi-query launch set: with two N-tiles per warp (tiles = 2), launches of ≤ 16
 // columns, each warp computing all of them (the cache read ⌈cols / 16⌉ times); else both slices per
 // CTA (16 columns per launch) where the CTA has the warps for a second slice and every launch gets
@@ -303,8 +288,6 @@ void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& 
   TQ_CUDA_CHECK(cudaGetLastError());
 }
 
-// The single-query problem a multi-query decode runs: q_len · n_q_heads query heads in column order
-// in the workspace (mq: its first bytes).
 DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout& l, uint8_t* mq) {
   DecodeParams v = p;
   if (p.q_len <= 1) return v;

@@ -343,6 +343,9 @@ struct Softmax {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
   __device__ __forceinline__ static float e2(float v) { return exp2f(v); }
+  // kGuard (causal kernels): a column may have no valid token yet (m = −inf after the update), so the
+  // exponents subtract 0 instead of −inf (−inf − −inf would be NaN)
+  template <bool kGuard = false>
   __device__ __forceinline__ void update(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -350,11 +353,12 @@ struct Softmax {
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 4));
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 16));
-      const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token
-      alpha[c] = e2(m[c] - mn);          // m = −inf → 0
+      const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token (but kGuard)
+      const float me = kGuard && mn == -INFINITY ? 0.f : mn;
+      alpha[c] = e2(m[c] - me);          // m = −inf → 0
       m[c] = mn;
-      x[c] = e2(x[c] - mn);
-      x[c + 2] = e2(x[c + 2] - mn);
+      x[c] = e2(x[c] - me);
+      x[c + 2] = e2(x[c + 2] - me);
       l[c] = l[c] * alpha[c] + x[c] + x[c + 2];
     }
   }
@@ -374,6 +378,28 @@ __device__ __forceinline__ float sum_over_token_lanes(float v) {
 // tile, balance: the dealing of stage 1 (tokens per tile, DecodePlan::balance_slots), which the merge
 // repeats for its rows (dev::seq_items_of); tile 0: stage 1 wrote them to a.seq_items (FP16 decode).
 void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, cudaStream_t stream);
+
+// ---- Multi-query decode (DecodeParams::q_len > 1) ----
+// The q_len · G query rows of a kv head become the columns of one launch ("virtual query heads",
+// column c = j·G + g: query j, head g of the group), so the kernel's GQA machinery reads each page
+// once for all of them; the causal kernels (MultiQuery) mask each column at its own limit. The
+// queries are first gathered into column order [batch, n_kv_heads · q_len · G, head_dim] and the
+// outputs scattered back (two small kernels: 2 · q_len · n_q_heads · head_dim · 2 bytes per
+// sequence each way, against the cache's megabytes).
+struct MqLayout {
+  size_t rows = 0, piece = 0;  // virtual query rows; bytes of each of the two buffers (256-aligned)
+  MqLayout(const DecodeParams& p, int head_dim)
+      : rows(size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(p.q_len)),
+        piece((rows * size_t(head_dim) * 2 + 255) / 256 * 256) {}
+  size_t bytes() const { return 2 * piece; }
+};
+
+// dir 0: the queries (strides s_b, s_t, s_h) → column order in dst; dir 1: column-order outputs → out.
+void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& p, int n_kv_heads, int head_dim,
+                       int64_t s_b, int64_t s_t, int64_t s_h, cudaStream_t stream);
+// The single-query problem a multi-query decode runs: q_len · n_q_heads query heads in column order
+// in the workspace (mq: its first bytes; null while planning); p itself where q_len = 1.
+DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout& l, uint8_t* mq);
 
 // The split-KV workspace: partial outputs [rows, head_dim] fp32, their LSEs [rows], each
 // sequence's (first item, item count) [batch] (FP16 decode); rows = items · n_q_heads · wph;

@@ -5,6 +5,7 @@
 // q of token row t stored at q ^ (t & 7): the 8 rows of each 8x8 matrix hit 8
 // different bank groups). P is a single fp16 MMA operand, as in FlashAttention.
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "decode_common.cuh"
@@ -20,11 +21,15 @@ namespace {
 // register quad, each load's latency on the MMA chain (12% slower).
 // SLICED: one slice of ≤ 8 query columns of G > 8 (dev::query_head); NT = 2 (SLICED): all of
 // 8 < G ≤ 16 in one launch, each K / V fragment feeding two MMAs (query columns 8t + …, t < NT),
-// so the cache is read once (f16_tiles).
-template <int D, bool SLICED, int NT = 1>
+// so the cache is read once (f16_tiles). CAUSAL (multi-query, SLICED): the launch's columns are the
+// virtual query heads col0 … of q_len · G (MqLayout), column c seeing positions < seq_len − q_len + 1
+// + c / group.
+template <int D, bool SLICED, int NT = 1, bool CAUSAL = false>
 __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
-                                                         const __half* __restrict__ vc) {
+                                                         const __half* __restrict__ vc, int mq_len, int mq_group,
+                                                         int mq_col0) {
   static_assert(NT == 1 || (NT == 2 && SLICED && D <= 128), "two column tiles: one launch of 8 < G ≤ 16, d ≤ 128");
+  static_assert(!CAUSAL || SLICED, "multi-query launches are slices of the virtual heads");
   constexpr int CR = D / 8;  // 16-byte chunks per token-head row
   constexpr int KS = D / 16;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -112,6 +117,16 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
     }
   }
 
+  // CAUSAL: positions < cut[t][c] are visible to the lane's column c of tile t (columns 8t + 2p + c)
+  [[maybe_unused]] int cut[NT][2] = {};
+  if constexpr (CAUSAL) {
+    const int end = a.seq_lens[b] - mq_len + 1;
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) cut[t][c] = end + (mq_col0 + 8 * t + 2 * p + c) / mq_group;
+  }
+
   float acc[NT][KS][4];
 #pragma unroll
   for (int t = 0; t < NT; ++t)
@@ -153,7 +168,12 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
       float x[4] = {s[t][0] * a.scale_log2, s[t][1] * a.scale_log2, s[t][2] * a.scale_log2, s[t][3] * a.scale_log2};
       if (r >= nvalid) x[0] = x[1] = -INFINITY;
       if (r + 8 >= nvalid) x[2] = x[3] = -INFINITY;
-      sm[t].update(x, alpha[t]);
+      if constexpr (CAUSAL) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (t0 + r + (i < 2 ? 0 : 8) >= cut[t][i & 1]) x[i] = -INFINITY;
+      }
+      sm[t].template update<CAUSAL>(x, alpha[t]);
       b0[t] = dev::movmatrix_trans(dev::pack_half2(x[0], x[1]));
       b1[t] = dev::movmatrix_trans(dev::pack_half2(x[2], x[3]));
     }
@@ -233,11 +253,17 @@ int f16_heads_per_cta(int n_kv_heads) {
 // (G > 8: launches of ≤ 8 columns; d = 256's two tiles of accumulators would not fit the registers).
 int f16_tiles(int group, int head_dim) { return two_query_slices(group) && head_dim <= 128 ? 2 : 1; }
 
+// Columns per multi-query launch (q_len > 1): the q_len · G virtual heads of a kv head in launches of
+// 16 (two column tiles, d ≤ 128) or 8, each reading the cache once.
+int f16_mq_columns(int head_dim) { return head_dim <= 128 ? 2 * kQueryCols : kQueryCols; }
+
 }  // namespace
 
-DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, int sm_count) {
-  const std::string why = decode_f16_can_implement(cache, p);
+DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, int sm_count) {
+  const std::string why = decode_f16_can_implement(cache, p_in);
   if (!why.empty()) throw_error(why.c_str());
+  const MqLayout ml(p_in, cache.head_dim);
+  const DecodeParams p = virtual_params(p_in, cache.head_dim, ml, nullptr);  // q_len > 1: the virtual heads
   if (sm_count <= 0) sm_count = decode_device_sms();
   DecodePlan plan;
   dispatch_f16(cache.head_dim, [&](auto dc) {
@@ -252,29 +278,66 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, in
   });
   plan.query_slices = f16_tiles(p.n_q_heads / cache.n_kv_heads, cache.head_dim);
   finish_plan(p, cache.head_dim, sm_count, 16, plan);
+  if (p_in.q_len > 1) {  // column launches; the column buffers ahead of the parts in the workspace
+    const int cols = p.n_q_heads / cache.n_kv_heads, per = f16_mq_columns(cache.head_dim);
+    plan.query_slices = 1;
+    plan.query_passes = (cols + per - 1) / per;
+    plan.q_len = p_in.q_len;
+    plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+  }
   return plan;
 }
 
-void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const DecodePlan& plan, void* workspace,
+void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, const DecodePlan& plan, void* workspace,
                       cudaStream_t stream) {
-  const std::string why = decode_f16_can_implement(cache, p);
+  const std::string why = decode_f16_can_implement(cache, p_in);
   if (!why.empty()) throw_error(why.c_str());
-  if (plan.parts > 1 && !workspace) throw_error("paged_decode_f16: the plan needs a workspace (plan.workspace_bytes)");
-  if (p.blocks.batch > 65535 || plan.items < p.blocks.batch) throw_error("paged_decode_f16: batch must be ≤ 65535 and the plan valid");
+  if (plan.workspace_bytes > 0 && !workspace) throw_error("paged_decode_f16: the plan needs a workspace (plan.workspace_bytes)");
+  if (p_in.blocks.batch > 65535 || plan.items < p_in.blocks.batch) throw_error("paged_decode_f16: batch must be ≤ 65535 and the plan valid");
+  if (plan.q_len != p_in.q_len)
+    throw_error(("paged_decode_f16: the plan is for q_len " + std::to_string(plan.q_len) + " but the call has q_len " +
+                 std::to_string(p_in.q_len) + " (use plan_decode_f16)").c_str());
   const int D = cache.head_dim;
-  DecodeArgs a = make_decode_args(p, plan, workspace, D, cache.block_size, cache.n_kv_heads);
+  const bool multi = p_in.q_len > 1;
+  uint8_t* mq = multi ? static_cast<uint8_t*>(workspace) : nullptr;
+  const MqLayout ml(p_in, D);
+  const DecodeParams p = virtual_params(p_in, D, ml, mq);
+  if (multi)
+    launch_mq_reorder(p_in.query, mq, 0, p_in, cache.n_kv_heads, D, p_in.q_stride_batch, p_in.q_stride_token,
+                      p_in.q_stride_head, stream);
+  void* parts_ws = multi ? mq + ml.bytes() : workspace;
+  DecodeArgs a = make_decode_args(p, plan, multi && plan.parts == 1 ? nullptr : parts_ws, D, cache.block_size,
+                                  cache.n_kv_heads);
   a.stage_bytes = plan.warps_per_head * 16 * plan.heads_per_cta * 4 * D;
   a.stages = plan.smem_bytes / a.stage_bytes;
   if (a.stages < 2 || a.stages > 4) throw_error("paged_decode_f16: plan does not match this cache (use plan_decode_f16)");
   dispatch_f16(D, [&](auto dc) {
     constexpr int DD = decltype(dc)::value;
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
-    auto launch = [&](auto kern, const DecodeArgs& s) {
+    auto launch = [&](auto kern, const DecodeArgs& s, int col0 = 0) {
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const __half*>(cache.k),
-                                                          static_cast<const __half*>(cache.v));
+                                                          static_cast<const __half*>(cache.v), p_in.q_len,
+                                                          p_in.n_q_heads / cache.n_kv_heads, col0);
       TQ_CUDA_CHECK(cudaGetLastError());
     };
+    if (multi) {  // launches of f16_mq_columns columns (the last may have fewer), causal per column
+      const int per = f16_mq_columns(DD);
+      if (plan.query_passes != (a.group_stride + per - 1) / per)
+        throw_error("paged_decode_f16: plan does not match this shape (use plan_decode_f16)");
+      for (int c0 = 0; c0 < a.group_stride; c0 += per) {
+        const int cols = std::min(per, a.group_stride - c0);
+        const DecodeArgs s = column_slice(a, D, c0, cols);
+        if constexpr (DD <= 128) {
+          if (cols > kQueryCols) {
+            launch(decode_f16_kernel<DD, true, 2, true>, s, c0);
+            continue;
+          }
+        }
+        launch(decode_f16_kernel<DD, true, 1, true>, s, c0);
+      }
+      return;
+    }
     if constexpr (DD <= 128) {
       if (f16_tiles(a.group_stride, DD) == 2) return launch(decode_f16_kernel<DD, true, 2>, a);  // 8 < G ≤ 16
     }
@@ -283,6 +346,9 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p, const D
     });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, 0, 0, stream);  // (tile 0: stage 1 wrote seq_items)
+  if (multi)
+    launch_mq_reorder(mq + ml.piece, p_in.out, 1, p_in, cache.n_kv_heads, D, p_in.o_stride_batch, p_in.o_stride_token,
+                      p_in.o_stride_head, stream);
 }
 
 }  // namespace tq::cuda

@@ -36,6 +36,7 @@ static void run_multi_query(const std::string& fmt, bool quick) {
       // each with the planner's tiles, then two N-tiles per warp forced (the planner takes one tile for
       // these short work items where the launch has both slices)
       for (const int tiles : {0, 2}) {
+        if (tiles == 2 && fmt == "f16") continue;  // (our FP16 decode has no tile choice)
         c.tiles = tiles;
         c.lens = {3, q_len, 31 + q_len, 100, quick ? 700 : 2500};
         c.splits = 0;
@@ -47,13 +48,12 @@ static void run_multi_query(const std::string& fmt, bool quick) {
     }
 }
 
-TEST_CASE("decode: multi-query (q_len 2 … 33, causal within the chunk), every format", "[decode][multi]") {
-  for (const auto& fmt : kDecodeFormats)
-    if (fmt != "f16") run_multi_query(fmt, false);
+TEST_CASE("decode: multi-query (q_len 2 … 33, causal within the chunk), every format and our FP16 decode", "[decode][multi]") {
+  for (const auto& fmt : kDecodeFormats) run_multi_query(fmt, false);
 }
 
 TEST_CASE("decode: multi-query quick subset", "[decode][multi][quick]") {
-  for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3", "turbo4-qjl"}) run_multi_query(fmt, true);
+  for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3", "turbo4-qjl", "f16"}) run_multi_query(fmt, true);
 }
 
 // Captures one decode of c in a CUDA graph, then replays it once per entry of `lens` (new lengths over
@@ -172,6 +172,17 @@ TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][
   const tq::cuda::PagedCache planes{F.cache->as<uint8_t>(), F.pg.num_blocks, c.bs, c.hkv, F.slot_bytes,
                                     tq::cuda::CacheLayout::planes};
   REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, planes, R.p), Contains("vLLM cache layout"));
+  // our FP16 decode: the same checks (plans only: its K/V here are the quantized cache's bytes)
   const tq::cuda::PagedCacheF16 f16{F.cache->as(), F.cache->as(), F.pg.num_blocks, c.bs, c.hkv, c.d};
-  REQUIRE_THROWS_WITH(tq::cuda::plan_decode_f16(f16, R.p), Contains("q_len 3 not supported"));
+  const DecodePlan pf = tq::cuda::plan_decode_f16(f16, R.p);
+  REQUIRE((pf.q_len == 3 && pf.query_passes == 1 && pf.workspace_bytes > 0));  // 12 columns: one launch
+  p = R.p;
+  p.q_len = tq::cuda::kMaxQueryLen + 1;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode_f16(f16, p), Contains("dense"));
+  p = R.p;
+  p.o_stride_token = 0;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode_f16(f16, p), Contains("o_stride_token"));
+  p = R.p;
+  p.q_len = 2;
+  REQUIRE_THROWS_WITH(tq::cuda::paged_decode_f16(f16, p, pf, R.ws->as()), Contains("plan is for q_len 3"));
 }

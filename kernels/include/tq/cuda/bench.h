@@ -75,10 +75,12 @@ DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o);
 
 // Multi-query decode (DecodeParams::q_len) timed in one call against the same cache copies: the
 // fused q_len decode, one single-query decode, and q_len single-query decodes in a row (what an
-// engine without a multi-query kernel runs per chunk).
+// engine without a multi-query kernel runs per chunk); then our FP16 decode of the same q_len.
 struct MultiQueryBench {
   int q_len = 0;
   Timing fused, single, separate;
+  Timing f16;        // our FP16 multi-query decode, same q_len, over an fp16 cache of the shape
+  DecodePlan f16_plan;
   size_t kv_bytes = 0;  // as DecodeBench: every slot once
   double gbps = 0;      // kv_bytes / the fused median
   int copies = 0;

@@ -18,12 +18,14 @@
 //   q head h reads kv head h / (n_q_heads / n_kv_heads) (consecutive q heads share a kv head)
 //   out = softmax(attn_scale · q·K̂ᵀ) V̂ over positions [0, seq_lens[i]) of sequence i,
 //
-// Multi-query (q_len > 1; quantized decode, vLLM layout): query j < q_len of sequence i is at
-// i·q_stride_batch + j·q_stride_token + h·q_stride_head (out likewise) and attends to positions
+// Multi-query (q_len > 1; the quantized decode in the vLLM layout, and the FP16 baseline): query
+// j < q_len of sequence i is at i·q_stride_batch + j·q_stride_token + h·q_stride_head (out likewise)
+// and attends to positions
 // [0, seq_lens[i] − q_len + j] (seq_lens count the chunk's tokens, already stored: causal within the
 // chunk; a sequence shorter than q_len gives zero rows for the queries that see no position).
 // The q_len · G query rows of a kv head are the columns of one kernel, so each cache page is
-// read once per 16 columns (8 for the formats whose kernels have 8 warps), not once per query.
+// read once per 16 columns (8 for the formats whose kernels have 8 warps; the FP16 decode: 16 at
+// head_dim ≤ 128, else 8), not once per query.
 //   K̂, V̂ = the CPU decode of the slots (mse keys scored in the rotated domain;
 //   turbo2/3/4 blocks: scores and the value sum in the block's rotated domain).
 #pragma once
@@ -55,7 +57,7 @@ struct DecodeParams {
   // max_seq_len, batch and SM count.
   int num_splits = 0;
   int max_seq_len = 0;  // ≥ every seq_lens[i]; sizes the auto split count and the merge
-  int q_len = 1;        // query tokens per sequence (1 … kMaxQueryLen; > 1: quantized decode only)
+  int q_len = 1;        // query tokens per sequence (1 … kMaxQueryLen)
   int64_t q_stride_token = 0, o_stride_token = 0;  // q_len > 1: query j's offset from query 0 (elements)
   // 8-column N-tiles per warp where the format has the two-tile kernels (DecodePlan::column_tiles):
   // 0 = the planner's choice, 1 = one tile per warp, 2 = two wherever they apply (A/B timing, tests)
