@@ -91,12 +91,14 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
 }
 
 TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "[decode][graph][multi][quick]") {
-  DecodeCase c;
-  c.fmt = "turboquant_k3v4_nc";
-  c.q_len = 4;
-  c.lens = {700, 3000, 64};
-  c.splits = 4;
-  check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
+  for (const char* fmt : {"turboquant_k3v4_nc", "f16"}) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.q_len = 4;
+    c.lens = {700, 3000, 64};
+    c.splits = 4;
+    check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
+  }
 }
 
 // Which multi-query kernels the planner takes: two 8-column N-tiles per warp in CTAs of 8 warps (one
