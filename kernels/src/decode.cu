@@ -322,6 +322,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
   const MqLayout ml(p_in, f.head_dim);
   const DecodeParams p = virtual_params(p_in, f.head_dim, ml, nullptr);
   const int group = p.n_q_heads / cache.n_kv_heads, heads = decode_heads_per_cta(f, cache.n_kv_heads);
+  const int kernel_warps = decode_cta_warps(f);  // a CTA of the format's one-tile kernels
   const bool planes = cache.layout == CacheLayout::planes, sliced = multi || sliced_launches(group);
   // dual: both query slices of 8 < G ≤ 16 in one launch (query_slices); the ring then holds half
   // the sub-tiles per stage (warps_per_head is per slice)
@@ -362,12 +363,12 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
   };
   if (multi) {  // launches of ColumnChunks; the column buffers ahead of the parts in the workspace
     int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
-    ColumnChunks ch(group, heads, decode_cta_warps(f), tiles);
+    ColumnChunks ch(group, heads, kernel_warps, tiles);
     DecodePlan plan = plan_for(ch.dual, tiles);
     // short work items (two_tile_items, as single-query decodes at 8 < G ≤ 16): one tile per warp and
     // both slices per launch, where that takes as many launches
     if (tiles == 2 && p.column_tiles == 0 && !two_tile_items(p.max_seq_len, plan.num_splits)) {
-      const ColumnChunks one(group, heads, decode_cta_warps(f), 1);
+      const ColumnChunks one(group, heads, kernel_warps, 1);
       if (one.dual && one.n == ch.n) {
         ch = one;
         tiles = 1;
@@ -379,7 +380,7 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
     return plan;
   }
-  const bool dual_fits = dual_slices_fit(group, heads, decode_cta_warps(f), planes);
+  const bool dual_fits = dual_slices_fit(group, heads, kernel_warps, planes);
   if (two_query_slices(group) && p.column_tiles != 1 && plan_column_tiles(f, heads, group, planes) == 2) {
     DecodePlan plan = plan_for(false, 2);  // one launch, 16 columns per warp
     plan.query_passes = 1;
