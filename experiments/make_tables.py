@@ -115,20 +115,20 @@ def headline():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
-MQ_ROW = re.compile(r"^(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)(?:\s+(\d+))?\s*$")
-
-
 def multi_query():
     """The multi-query line of the headline: 4bit_nc's fused decode per q_len (tq-bench --q-len) against
     one single-query decode and q_len of them, and the time of dequant + SDPA (bench_multi_query.py; a
     separate harness, so its time is shown rather than a ratio to tq-bench's)."""
-    rows = {}
+    rows, head = {}, None  # the table's rows by its header's column names (tq-bench adds columns over time)
     with open(os.path.join(RES, "kernels", "multi_query_tqbench.txt"), encoding="utf-8") as f:
         for line in f:
-            m = MQ_ROW.match(line.rstrip("\n"))
-            if m and m.group(1) == "turboquant_4bit_nc":
-                rows[int(m.group(2))] = {"fused": float(m.group(3)), "over_q1": float(m.group(6)),
-                                         "separate_over": float(m.group(8))}
+            cells = line.split()
+            if cells[:2] == ["format", "q_len"]:
+                head = cells
+            elif head and len(cells) == len(head) and cells[0] == "turboquant_4bit_nc":
+                r = dict(zip(head, cells))
+                rows[int(r["q_len"])] = {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
+                                         "separate_over": float(r["separate/fused"])}
     dense = {j["q_len"]: j["dense_ms"] for j in kernels_jsonl("multi_query_torch.jsonl")
              if j["format"] == "turboquant_4bit_nc" and "dense_ms" in j}
     q_lens = sorted(rows)

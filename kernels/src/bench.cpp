@@ -243,6 +243,20 @@ F16Caches filled_f16_caches(const BenchShape& s) {
   return c;
 }
 
+// Our FP16 decode of q_len queries per sequence, timed over a fresh fp16 cache of the shape.
+DecodeBench f16_decode(const BenchShape& s, int q_len, const BenchOptions& o) {
+  const F16Caches caches = filled_f16_caches(s);
+  DecodeBench r;
+  r.copies = caches.copies;
+  DecodeSetup d = decode_setup(s, caches.tables.blocks, q_len);
+  r.plan = plan_decode_f16(caches.view(0), d.p);
+  d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
+  r.t = time_launches(o, [&](int i) { paged_decode_f16(caches.view(i), d.p, r.plan, d.ws->p); });
+  r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * s.head_dim * 4;
+  r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
+  return r;
+}
+
 }  // namespace
 
 CopyBench bench_copy(size_t bytes, const BenchOptions& o) {
@@ -298,28 +312,15 @@ MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_
   });
   r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.fused.median_ms * 1e6);
-  {  // our FP16 multi-query decode of the same q_len over an fp16 cache of the shape
-    const F16Caches f16 = filled_f16_caches(s);
-    DecodeSetup d = decode_setup(s, f16.tables.blocks, q_len);
-    r.f16_plan = plan_decode_f16(f16.view(0), d.p);
-    d.ws = std::make_unique<Buf>(r.f16_plan.workspace_bytes);
-    r.f16 = time_launches(o, [&](int i) { paged_decode_f16(f16.view(i), d.p, r.f16_plan, d.ws->p); });
-  }
+  const DecodeBench f16 = f16_decode(s, q_len, o);  // our FP16 decode of the same q_len
+  r.f16 = f16.t;
+  r.f16_plan = f16.plan;
   return r;
 }
 
 DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o) {
   check_shape(s);
-  const F16Caches caches = filled_f16_caches(s);
-  DecodeBench r;
-  r.copies = caches.copies;
-  DecodeSetup d = decode_setup(s, caches.tables.blocks);
-  r.plan = plan_decode_f16(caches.view(0), d.p);
-  d.ws = std::make_unique<Buf>(r.plan.workspace_bytes);
-  r.t = time_launches(o, [&](int i) { paged_decode_f16(caches.view(i), d.p, r.plan, d.ws->p); });
-  r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * s.head_dim * 4;
-  r.gbps = double(r.kv_bytes) / (r.t.median_ms * 1e6);
-  return r;
+  return f16_decode(s, 1, o);
 }
 
 DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype dtype, const BenchOptions& o) {

@@ -339,13 +339,15 @@ __device__ __forceinline__ float rsqrt_fast(float x) {
 // the quantized decode's 32-token version is Softmax32 in decode_softmax.cuh).
 // x[0..1]: token r, x[2..3]: token r+8 (log2-domain logits, −inf = masked).
 // Returns α (rescale of the old state) per column and overwrites x with p.
+// The value a softmax's exponents subtract: the running max m, or 0 where guard (causal kernels) and
+// the column has no valid token yet (m = −inf: −inf − −inf would be NaN).
+__device__ __forceinline__ float exp_base(float m, bool guard) { return guard && m == -INFINITY ? 0.f : m; }
+
 struct Softmax {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
   __device__ __forceinline__ static float e2(float v) { return exp2f(v); }
-  // kGuard (causal kernels): a column may have no valid token yet (m = −inf after the update), so the
-  // exponents subtract 0 instead of −inf (−inf − −inf would be NaN)
-  template <bool kGuard = false>
+  template <bool kGuard = false>  // kGuard: causal kernels (exp_base)
   __device__ __forceinline__ void update(float (&x)[4], float (&alpha)[2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -354,7 +356,7 @@ struct Softmax {
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 16));
       const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token (but kGuard)
-      const float me = kGuard && mn == -INFINITY ? 0.f : mn;
+      const float me = exp_base(mn, kGuard);
       alpha[c] = e2(m[c] - me);          // m = −inf → 0
       m[c] = mn;
       x[c] = e2(x[c] - me);

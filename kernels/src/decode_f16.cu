@@ -276,11 +276,11 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in,
     TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D, false>, plan.threads, plan.smem_bytes));
     plan.ctas_per_sm = occ;
   });
-  plan.query_slices = f16_tiles(p.n_q_heads / cache.n_kv_heads, cache.head_dim);
+  const int cols = p.n_q_heads / cache.n_kv_heads;  // q_len > 1: q_len · G virtual heads per kv head
+  plan.query_slices = p_in.q_len > 1 ? 1 : f16_tiles(cols, cache.head_dim);
   finish_plan(p, cache.head_dim, sm_count, 16, plan);
   if (p_in.q_len > 1) {  // column launches; the column buffers ahead of the parts in the workspace
-    const int cols = p.n_q_heads / cache.n_kv_heads, per = f16_mq_columns(cache.head_dim);
-    plan.query_slices = 1;
+    const int per = f16_mq_columns(cache.head_dim);
     plan.query_passes = (cols + per - 1) / per;
     plan.q_len = p_in.q_len;
     plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);

@@ -21,9 +21,7 @@ struct Softmax32 {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // per-lane partial sums (reduced over the 8 token lanes at the end)
   // kSum = false: l is only rescaled; the caller adds the weights it actually uses (hi-only P').
-  // kGuard (causal kernels): a column may have no valid token yet (m = −inf after the update), so
-  // the exponents subtract 0 instead of −inf (−inf − −inf would be NaN).
-  static __device__ __forceinline__ float exp_base(float m, bool guard) { return guard && m == -INFINITY ? 0.f : m; }
+  // kGuard (causal kernels): a column may have no valid token yet (dev::exp_base)
   template <bool kSum = true, bool kGuard = false>
   __device__ __forceinline__ void update(float (&x)[2][4], float (&alpha)[2]) {
 #pragma unroll
@@ -33,7 +31,7 @@ struct Softmax32 {
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 16));
       const float mn = fmaxf(m[c], mx);  // finite: the sub-tile has ≥ 1 valid token (but kGuard)
-      const float me = exp_base(mn, kGuard);
+      const float me = dev::exp_base(mn, kGuard);
       alpha[c] = dev::ex2_fast(m[c] - me);  // m = −inf → 0
       m[c] = mn;
 #pragma unroll
@@ -58,7 +56,7 @@ struct Softmax32 {
     if (!__all_sync(dev::kFull, keep)) return false;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float me = exp_base(m[c], kGuard);
+      const float me = dev::exp_base(m[c], kGuard);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         x[h][c] = dev::ex2_fast(x[h][c] - me);
@@ -74,7 +72,7 @@ struct Softmax32 {
     if (!__all_sync(dev::kFull, keep)) return false;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const float me = exp_base(m[c], kGuard);
+      const float me = dev::exp_base(m[c], kGuard);
       x[c] = dev::ex2_fast(x[c] - me);
       x[c + 2] = dev::ex2_fast(x[c + 2] - me);
       if constexpr (kSum) l[c] += x[c] + x[c + 2];
@@ -91,7 +89,7 @@ struct Softmax32 {
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 4));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(dev::kFull, mx, 16));
-      const float mn = fmaxf(m[c], mx), me = exp_base(mn, kGuard);
+      const float mn = fmaxf(m[c], mx), me = dev::exp_base(mn, kGuard);
       alpha[c] = dev::ex2_fast(m[c] - me);
       m[c] = mn;
       x[c] = dev::ex2_fast(x[c] - me);

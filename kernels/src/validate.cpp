@@ -65,6 +65,17 @@ std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, c
   if (p.column_tiles < 0 || p.column_tiles > 2)
     return fmt::format("{}: column_tiles {} must be 0 (auto), 1 or 2", who, p.column_tiles);
   if (p.max_seq_len < 0) return fmt::format("{}: max_seq_len {} must be ≥ 0", who, p.max_seq_len);
+  if (p.q_len < 1 || p.q_len > kMaxQueryLen)
+    return fmt::format("{}: q_len {} must be 1 … {} (longer chunks: dequant the cache and run a dense attention)", who,
+                       p.q_len, kMaxQueryLen);
+  if (p.q_len > 1) {
+    if (p.q_stride_token == 0 || p.q_stride_token % 2 || p.o_stride_token == 0 || p.o_stride_token % 2)
+      return fmt::format("{}: q_len {} > 1 needs even, non-zero q_stride_token and o_stride_token (got {}, {})", who,
+                         p.q_len, p.q_stride_token, p.o_stride_token);
+    if (int64_t(p.blocks.batch) * p.q_len * p.n_q_heads > (int64_t(1) << 31) - 1)
+      return fmt::format("{}: batch {} · q_len {} · n_q_heads {} query rows exceed 2^31", who, p.blocks.batch, p.q_len,
+                         p.n_q_heads);
+  }
   return {};
 }
 
@@ -113,24 +124,6 @@ std::string decode_heads_support(const KernelFormat& f, int n_kv_heads) {
                                  "kernel has 8 warps)", n_kv_heads, f.name);
 }
 
-namespace {
-// q_len and the strides of its query tokens (both decodes)
-std::string check_query_len(const char* who, const DecodeParams& p) {
-  if (p.q_len < 1 || p.q_len > kMaxQueryLen)
-    return fmt::format("{}: q_len {} must be 1 … {} (longer chunks: dequant the cache and run a dense attention)", who,
-                       p.q_len, kMaxQueryLen);
-  if (p.q_len > 1) {
-    if (p.q_stride_token == 0 || p.q_stride_token % 2 || p.o_stride_token == 0 || p.o_stride_token % 2)
-      return fmt::format("{}: q_len {} > 1 needs even, non-zero q_stride_token and o_stride_token (got {}, {})", who,
-                         p.q_len, p.q_stride_token, p.o_stride_token);
-    if (int64_t(p.blocks.batch) * p.q_len * p.n_q_heads > (int64_t(1) << 31) - 1)
-      return fmt::format("{}: batch {} · q_len {} · n_q_heads {} query rows exceed 2^31", who, p.blocks.batch, p.q_len,
-                         p.n_q_heads);
-  }
-  return {};
-}
-}  // namespace
-
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p) {
   if (auto e = decode_support(f); !e.empty()) return "paged_decode: " + e;
   if (auto e = check_cache("paged_decode", f, cache); !e.empty()) return e;
@@ -139,7 +132,7 @@ std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache,
   if (p.q_len > 1 && cache.layout != CacheLayout::vllm)
     return fmt::format("paged_decode: q_len {} > 1 needs the vLLM cache layout (no multi-query kernel for the plane "
                        "layout)", p.q_len);
-  return check_query_len("paged_decode", p);
+  return {};
 }
 
 std::string decode_f16_can_implement(const PagedCacheF16& c, const DecodeParams& p) {
@@ -150,8 +143,7 @@ std::string decode_f16_can_implement(const PagedCacheF16& c, const DecodeParams&
   if (!valid_block_size(c.block_size))
     return fmt::format("{}: block_size {} not supported (16, 32, 64 or 128)", who, c.block_size);
   if (c.n_kv_heads < 1 || c.num_blocks < 1) return fmt::format("{}: n_kv_heads and num_blocks must be ≥ 1", who);
-  if (auto e = check_decode_common(who, c.head_dim, c.n_kv_heads, p); !e.empty()) return e;
-  return check_query_len(who, p);
+  return check_decode_common(who, c.head_dim, c.n_kv_heads, p);
 }
 
 }  // namespace tq::cuda
