@@ -4,12 +4,40 @@
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace tq::cuda::dev {
 
 constexpr unsigned kFull = 0xffffffffu;
+
+// ---- 16-bit activations (Dtype16): fp16 or bf16 bits ------------------------
+// bits → float (exact); BF: bf16
+template <bool BF>
+__device__ __forceinline__ float act_to_float(uint16_t b) {
+  if constexpr (BF) return __uint_as_float(uint32_t(b) << 16);
+  else return __half2float(__ushort_as_half(b));
+}
+// the two values of a 32-bit word (the lower address first) → float2 (exact)
+template <bool BF>
+__device__ __forceinline__ float2 act2_to_float2(uint32_t w) {
+  if constexpr (BF) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  else return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+// float → bits, round to nearest even
+__device__ __forceinline__ uint16_t act_from_float(float x, bool bf) {
+  return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+}
+// (x, y) → one 32-bit word (x at the lower address), round to nearest even
+__device__ __forceinline__ uint32_t act_pack2(float x, float y, bool bf) {
+  if (bf) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
 
 // ---- cp.async (16-byte, L2 only: the cache is streamed once) ----------------
 // src_bytes < 16 zero-fills the rest of the 16-byte destination (0: all zeros,

@@ -269,28 +269,44 @@ struct ColumnChunks {
 
 // dir 0: queries → column order; dir 1: column-order outputs → out. Thread x of row (b, j, h): the
 // element pairs x, x + blockDim.x, … of that row.
-__global__ void mq_reorder_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int dir, int q_len,
+// bf16: src holds bf16 queries (dir 0), written as fp16.
+__global__ void mq_reorder_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int dir, int bf16, int q_len,
                                   int n_q_heads, int group, int head_dim, int64_t s_b, int64_t s_t, int64_t s_h) {
   const int row = blockIdx.x, h = row % n_q_heads, j = row / n_q_heads % q_len, b = row / (n_q_heads * q_len);
   const int kvh = h / group, g = h % group;
   const int64_t vrow = int64_t(b) * n_q_heads * q_len + int64_t(kvh) * q_len * group + int64_t(j) * group + g;
   const int64_t user = int64_t(b) * s_b + int64_t(j) * s_t + int64_t(h) * s_h;
   const int64_t from = dir == 0 ? user : vrow * head_dim, to = dir == 0 ? vrow * head_dim : user;
-  for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x))
-    *reinterpret_cast<__half2*>(dst + to + x) = *reinterpret_cast<const __half2*>(src + from + x);
+  for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x)) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(src + from + x);
+    if (bf16) {
+      const float2 f = dev::act2_to_float2<true>(w);
+      *reinterpret_cast<__half2*>(dst + to + x) = __floats2half2_rn(f.x, f.y);
+    } else {
+      *reinterpret_cast<uint32_t*>(dst + to + x) = w;
+    }
+  }
 }
 void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& p, int n_kv_heads, int head_dim,
                        int64_t s_b, int64_t s_t, int64_t s_h, cudaStream_t stream) {
   const unsigned rows = unsigned(int64_t(p.blocks.batch) * p.q_len * p.n_q_heads);
+  const int bf16 = dir == 0 && p.dtype == Dtype16::bf16 ? 1 : 0;
   mq_reorder_kernel<<<rows, unsigned(head_dim / 2), 0, stream>>>(static_cast<const __half*>(src), static_cast<__half*>(dst),
-                                                                 dir, p.q_len, p.n_q_heads, p.n_q_heads / n_kv_heads,
-                                                                 head_dim, s_b, s_t, s_h);
+                                                                 dir, bf16, p.q_len, p.n_q_heads,
+                                                                 p.n_q_heads / n_kv_heads, head_dim, s_b, s_t, s_h);
   TQ_CUDA_CHECK(cudaGetLastError());
 }
 
 DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout& l, uint8_t* mq) {
   DecodeParams v = p;
-  if (p.q_len <= 1) return v;
+  if (p.q_len <= 1) {
+    if (stages_queries(p)) {  // bf16: the fp16 copy, dense rows
+      v.query = mq;
+      v.q_stride_batch = int64_t(p.n_q_heads) * head_dim;
+      v.q_stride_head = head_dim;
+    }
+    return v;
+  }
   v.n_q_heads = p.n_q_heads * p.q_len;
   v.q_len = 1;
   v.query = mq;
@@ -314,9 +330,10 @@ int plan_column_tiles(const KernelFormat& f, int heads_per_cta, int columns, boo
   return tiles;
 }
 
-DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, int sm_count) {
-  const std::string why = decode_can_implement(f, cache, p_in);
-  if (!why.empty()) throw_error(why.c_str());
+namespace {
+
+// plan_decode without the staged bf16 queries of a single-query decode
+DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, int sm_count) {
   if (sm_count <= 0) sm_count = decode_device_sms();
   const bool multi = p_in.q_len > 1;
   const MqLayout ml(p_in, f.head_dim);
@@ -392,6 +409,18 @@ DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const Dec
   return dual_short_items(p.max_seq_len, two.num_splits) ? plan_for(true) : two;
 }
 
+}  // namespace
+
+DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
+  const std::string why = decode_can_implement(f, cache, p);
+  if (!why.empty()) throw_error(why.c_str());
+  DecodePlan plan = plan_stage1(f, cache, p, sm_count);
+  plan.dtype = p.dtype;
+  if (p.q_len == 1 && stages_queries(p))  // the fp16 copy of bf16 queries ahead of the parts
+    plan.workspace_bytes = MqLayout(p, f.head_dim).bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+  return plan;
+}
+
 void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, const DecodePlan& plan,
                   void* workspace, cudaStream_t stream) {
   const std::string why = decode_can_implement(f, cache, p_in);
@@ -401,15 +430,18 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   if (plan.q_len != p_in.q_len)
     throw_error(("paged_decode: the plan is for q_len " + std::to_string(plan.q_len) + " but the call has q_len " +
                  std::to_string(p_in.q_len) + " (use plan_decode)").c_str());
-  const bool multi = p_in.q_len > 1;
-  uint8_t* mq = multi ? static_cast<uint8_t*>(workspace) : nullptr;
+  if (plan.dtype != p_in.dtype)
+    throw_error((std::string("paged_decode: the plan is for ") + dtype16_name(plan.dtype) + " queries but the call has " +
+                 dtype16_name(p_in.dtype) + " (use plan_decode)").c_str());
+  const bool multi = p_in.q_len > 1, staged = stages_queries(p_in);
+  uint8_t* mq = staged ? static_cast<uint8_t*>(workspace) : nullptr;
   const MqLayout ml(p_in, f.head_dim);
   const DecodeParams p = virtual_params(p_in, f.head_dim, ml, mq);
-  if (multi)
+  if (staged)
     launch_mq_reorder(p_in.query, mq, 0, p_in, cache.n_kv_heads, f.head_dim, p_in.q_stride_batch, p_in.q_stride_token,
                       p_in.q_stride_head, stream);
-  void* parts_ws = multi ? mq + ml.bytes() : workspace;
-  DecodeArgs a = make_decode_args(p, plan, multi && plan.parts == 1 ? nullptr : parts_ws, f.head_dim, cache.block_size,
+  void* parts_ws = staged ? mq + ml.bytes() : workspace;
+  DecodeArgs a = make_decode_args(p, plan, staged && plan.parts == 1 ? nullptr : parts_ws, f.head_dim, cache.block_size,
                                   cache.n_kv_heads);
   DecodeTablesQjl t{};  // (the other kernels take its DecodeTables part)
   for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];

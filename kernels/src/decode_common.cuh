@@ -23,6 +23,7 @@
 // and output rows of the same two columns, so the softmax rescale is lane-local.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "common.cuh"
@@ -33,13 +34,17 @@ namespace tq::cuda {
 struct DecodeArgs {
   const __half* q;
   int64_t q_sb, q_sh;
-  __half* out;
+  __half* out;  // fp16, or bf16 bits where bf16 (below)
   int64_t o_sb, o_sh;
   float* o_part;    // [n_q_heads, items, warps_per_head, D] (parts > 1): item i's warp w's partial output
   float* lse_part;  // [n_q_heads, items, warps_per_head], log2 domain; −inf = empty part
   int2* seq_items;  // [batch] (items > batch, FP16 decode): sequence b's first work item and item count
   const int32_t* table;
   int table_stride;
+  // out holds bf16 (DecodeParams::dtype; 0: fp16), read where an output is rounded. (q is always fp16:
+  // the launcher converts bf16 queries first: stages_queries.) In the padding before seq_lens, so no
+  // other field's parameter offset moves.
+  int bf16;
   const int32_t* seq_lens;
   // group_stride: query heads per kv head (G): column g of kv head h is query head
   // h·group_stride + g of q, out and the parts. group: the columns of this launch — G when
@@ -56,6 +61,8 @@ struct DecodeArgs {
   uint32_t ring_hi, qbuf_addr;
   float scale_log2;  // attn_scale · log2(e)
 };
+static_assert(offsetof(DecodeArgs, seq_lens) == 88 && sizeof(DecodeArgs) == 160,
+              "DecodeArgs: bf16 sits in the padding after table_stride (the kernels' parameter offsets as without it)");
 
 namespace dev {
 
@@ -388,19 +395,28 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile,
 // queries are first gathered into column order [batch, n_kv_heads · q_len · G, head_dim] and the
 // outputs scattered back (two small kernels: 2 · q_len · n_q_heads · head_dim · 2 bytes per
 // sequence each way, against the cache's megabytes).
+// bf16 queries (DecodeParams::dtype) take the same gather with q_len 1 (the order stays), converted
+// to the fp16 the kernels read: exact for every bf16 value of magnitude 2^-17 … 65280 (and 0), smaller
+// ones round to fp16 subnormals (≤ 2^-25 off), larger ones become ±inf. (Reading bf16 in the kernels
+// instead made ptxas spill two 128-register kernels in their main loops.)
+inline bool stages_queries(const DecodeParams& p) { return p.q_len > 1 || p.dtype == Dtype16::bf16; }
 struct MqLayout {
-  size_t rows = 0, piece = 0;  // virtual query rows; bytes of each of the two buffers (256-aligned)
+  size_t rows = 0, piece = 0;  // virtual query rows; bytes of each buffer (256-aligned)
+  int pieces = 0;              // 2: the queries and the outputs in column order (q_len > 1); 1: the queries
   MqLayout(const DecodeParams& p, int head_dim)
       : rows(size_t(p.blocks.batch) * size_t(p.n_q_heads) * size_t(p.q_len)),
-        piece((rows * size_t(head_dim) * 2 + 255) / 256 * 256) {}
-  size_t bytes() const { return 2 * piece; }
+        piece((rows * size_t(head_dim) * 2 + 255) / 256 * 256),
+        pieces(p.q_len > 1 ? 2 : stages_queries(p) ? 1 : 0) {}
+  size_t bytes() const { return size_t(pieces) * piece; }
 };
 
-// dir 0: the queries (strides s_b, s_t, s_h) → column order in dst; dir 1: column-order outputs → out.
+// dir 0: the queries (strides s_b, s_t, s_h) → column order in dst, as fp16 (from bf16 where p.dtype
+// says so); dir 1: column-order outputs → out (bits copied).
 void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& p, int n_kv_heads, int head_dim,
                        int64_t s_b, int64_t s_t, int64_t s_h, cudaStream_t stream);
 // The single-query problem a multi-query decode runs: q_len · n_q_heads query heads in column order
-// in the workspace (mq: its first bytes; null while planning); p itself where q_len = 1.
+// in the workspace (mq: its first bytes; null while planning); q_len 1 with bf16 queries: p with the
+// fp16 queries there; else p itself.
 DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout& l, uint8_t* mq);
 
 // The split-KV workspace: partial outputs [rows, head_dim] fp32, their LSEs [rows], each
@@ -446,6 +462,7 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.items = plan.items;
   a.parts = plan.parts;
   a.scale_log2 = p.attn_scale * 1.4426950408889634f;
+  a.bf16 = p.dtype == Dtype16::bf16 ? 1 : 0;
   return a;
 }
 

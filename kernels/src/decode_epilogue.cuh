@@ -103,7 +103,7 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
         if (j >= C::kD) continue;
         const float v = y[k] * ((t.s1[k & 3] >> lane) & 1u ? -osc : osc);
         if (a.parts == 1)
-          out_row(qh_idx)[j] = __float2half_rn(v);
+          out_row(qh_idx)[j] = __ushort_as_half(dev::act_from_float(v, a.bf16 != 0));
         else
           a.o_part[row * C::kD + j] = v;
       }
@@ -138,8 +138,8 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
         __half* o = out_row(qh_idx);
 #pragma unroll
         for (int i = 0; i < kAccTiles; ++i)
-          *reinterpret_cast<__half2*>(o + vdim(i)) =
-              __floats2half2_rn(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
+          *reinterpret_cast<uint32_t*>(o + vdim(i)) =
+              dev::act_pack2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true), a.bf16 != 0);
       } else {
         const int64_t row = part_row(qh_idx);
         float* o = a.o_part + row * D;

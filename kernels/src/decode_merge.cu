@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
       den += red[k * (head_dim + 1) + head_dim];
     }
   }
-  *reinterpret_cast<__half2*>(a.out + int64_t(b) * a.o_sb + int64_t(h) * a.o_sh + d) =
-      den > 0.f ? __floats2half2_rn(n0 / den, n1 / den) : __floats2half2_rn(0.f, 0.f);
+  *reinterpret_cast<uint32_t*>(a.out + int64_t(b) * a.o_sb + int64_t(h) * a.o_sh + d) =
+      den > 0.f ? dev::act_pack2(n0 / den, n1 / den, a.bf16 != 0) : 0u;
 }
 
 }  // namespace

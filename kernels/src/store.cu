@@ -1,6 +1,7 @@
-// Fused store kernels; bytes equal KvFormat::encode_slots.
+// Fused store kernels; bytes equal KvFormat::encode_slots. Both are compiled for fp16 and for bf16
+// keys and values (StoreParams::dtype; the kernels' BF), which they read as floats.
 // - store_quad_kernel (mse or fp8 keys + uniform values — the turboquant_* presets —
-//   and turbo2/3/4 or turbo4-qjl blocks; vLLM layout, 16-byte-aligned fp16 rows): four
+//   and turbo2/3/4 or turbo4-qjl blocks; vLLM layout, 16-byte-aligned rows): four
 //   lanes per token-head, see store_quad.cuh.
 // - store_kernel (everything else: the plane layout, unaligned rows):
 //   one warp per token-head computes the key record (norm, Hadamard rotation,
@@ -166,7 +167,8 @@ __device__ __forceinline__ void write_turbo(uint8_t* codes, const uint32_t (&fie
   }
 }
 
-template <class C>
+// BF: the keys and values are bf16, else fp16
+template <class C, bool BF>
 __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTables t) {
   constexpr int D = C::kD;
   constexpr int E = D / 32;
@@ -200,12 +202,12 @@ __global__ void __launch_bounds__(kWarps * 32) store_kernel(StoreArgs a, StoreTa
     const int64_t dst_slot = a.slot_mapping[tok];
     const bool write = active && dst_slot >= 0;
     float x[E], v[E];
-    const __half* kp = a.key + tok * a.ks_tok + h * a.ks_head;
-    const __half* vp = a.value + tok * a.vs_tok + h * a.vs_head;
+    const uint16_t* kp = a.key + tok * a.ks_tok + h * a.ks_head;
+    const uint16_t* vp = a.value + tok * a.vs_tok + h * a.vs_head;
 #pragma unroll
     for (int k = 0; k < E; ++k) {
-      x[k] = __half2float(kp[lane + 32 * k]);
-      v[k] = __half2float(vp[lane + 32 * k]);
+      x[k] = dev::act_to_float<BF>(kp[lane + 32 * k]);
+      v[k] = dev::act_to_float<BF>(vp[lane + 32 * k]);
     }
 
     // ---- key record ----
@@ -318,8 +320,8 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
     t.q2[w] = f.qjl_s2[w];
   }
   StoreArgs a{};
-  a.key = static_cast<const __half*>(p.key);
-  a.value = static_cast<const __half*>(p.value);
+  a.key = static_cast<const uint16_t*>(p.key);
+  a.value = static_cast<const uint16_t*>(p.value);
   a.ks_tok = p.key_stride_token;
   a.ks_head = p.key_stride_head;
   a.vs_tok = p.value_stride_token;
@@ -330,22 +332,25 @@ void store_kv(const KernelFormat& f, const StoreParams& p, cudaStream_t stream) 
   a.cache = p.cache.data;
   a.slot_bytes = p.cache.slot_bytes;
   a.planes = p.cache.layout == CacheLayout::planes ? 1 : 0;
+  const bool bf16 = p.dtype == Dtype16::bf16;
   dispatch_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     if constexpr (quad_store_supported<C>()) {
-      // quad kernel: vLLM layout, 16-byte aligned fp16 rows, 32-bit row indices
+      // quad kernel: vLLM layout, 16-byte aligned rows, 32-bit row indices
       const bool rows16 = is_aligned(p.key, 16) && is_aligned(p.value, 16) && p.key_stride_token % 8 == 0 &&
                           p.key_stride_head % 8 == 0 && p.value_stride_token % 8 == 0 && p.value_stride_head % 8 == 0;
       if (!a.planes && rows16 && a.slot_bytes == quad_slot<C>() && a.total < (int64_t(1) << 31)) {
         const int64_t grid = (a.total + 8 * kQuadWarps - 1) / (8 * kQuadWarps);
-        store_quad_kernel<C><<<unsigned(grid), kQuadWarps * 32, 0, stream>>>(a, t);
+        auto quad = bf16 ? store_quad_kernel<C, true> : store_quad_kernel<C, false>;
+        quad<<<unsigned(grid), kQuadWarps * 32, 0, stream>>>(a, t);
         TQ_CUDA_CHECK(cudaGetLastError());
         return;
       }
     }
     const int64_t grid = (a.total + kWarps - 1) / kWarps;
     if (grid > 0x7fffffff) throw_error("store_kv: num_tokens · n_kv_heads too large");
-    store_kernel<C><<<unsigned(grid), kWarps * 32, 0, stream>>>(a, t);
+    auto general = bf16 ? store_kernel<C, true> : store_kernel<C, false>;
+    general<<<unsigned(grid), kWarps * 32, 0, stream>>>(a, t);
     TQ_CUDA_CHECK(cudaGetLastError());
   });
 }

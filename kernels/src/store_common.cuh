@@ -19,8 +19,8 @@ struct StoreTables {
 };
 
 struct StoreArgs {
-  const __half* key;
-  const __half* value;
+  const uint16_t* key;    // fp16 or bf16 bits (the kernels' BF)
+  const uint16_t* value;
   int64_t ks_tok, ks_head, vs_tok, vs_head;
   const int64_t* slot_mapping;
   int64_t total;  // num_tokens · n_kv_heads

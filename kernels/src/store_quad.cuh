@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_fp8.h>
 
@@ -40,11 +41,13 @@ constexpr int quad_slot() {
   return (C::kKeyBytes + C::kValueBytes + 1) & ~1;
 }
 
+// eight 16-bit activations (BF: bf16, else fp16) → floats (exact)
+template <bool BF>
 __device__ __forceinline__ void unpack8(uint4 u, float* f) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+    const float2 v = dev::act2_to_float2<BF>(w[i]);
     f[2 * i] = v.x;
     f[2 * i + 1] = v.y;
   }
@@ -184,7 +187,8 @@ __device__ __forceinline__ void quad_turbo_record(const float (&x)[E], int lane,
   }
 }
 
-template <class C>
+// BF: the keys and values are bf16, else fp16
+template <class C, bool BF>
 __global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : C::kTurbo ? 6 : 8)
     store_quad_kernel(StoreArgs a, StoreTables t) {
   constexpr int D = C::kD, NI = D / 32, E = D / 4, SB = quad_slot<C>();
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : C::kTurbo 
   {
     float x[E];
 #pragma unroll
-    for (int i = 0; i < NI; ++i) unpack8(kraw[i], x + 8 * i);
+    for (int i = 0; i < NI; ++i) unpack8<BF>(kraw[i], x + 8 * i);
     if constexpr (kTurbo) {
       quad_turbo_record<C>(x, lane, t, s_mid, s_cen, slot);
     } else if constexpr (C::kKey == KeyKind::mse) {
@@ -265,22 +269,23 @@ __global__ void __launch_bounds__(kQuadWarps * 32, C::kD >= 256 ? 4 : C::kTurbo 
   if constexpr (kTurbo) {
     float v[E];
 #pragma unroll
-    for (int i = 0; i < NI; ++i) unpack8(vraw[i], v + 8 * i);
+    for (int i = 0; i < NI; ++i) unpack8<BF>(vraw[i], v + 8 * i);
     quad_turbo_record<C>(v, lane, t, s_mid, s_cen, slot + C::kKeyBytes);
   } else {
     constexpr int qmax = (1 << C::kValueBits) - 1;
     float v[E];
 #pragma unroll
-    for (int i = 0; i < NI; ++i) unpack8(vraw[i], v + 8 * i);
-    // min/max on the fp16 pairs (exact; a zero extreme is fixed up below)
-    __half2 mn2 = *reinterpret_cast<const __half2*>(&vraw[0].x), mx2 = mn2;
+    for (int i = 0; i < NI; ++i) unpack8<BF>(vraw[i], v + 8 * i);
+    // min/max on the 16-bit pairs (exact; a zero extreme is fixed up below)
+    using T2 = std::conditional_t<BF, __nv_bfloat162, __half2>;
+    T2 mn2 = *reinterpret_cast<const T2*>(&vraw[0].x), mx2 = mn2;
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
       const uint32_t wv[4] = {vraw[i].x, vraw[i].y, vraw[i].z, vraw[i].w};
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        mn2 = __hmin2(mn2, *reinterpret_cast<const __half2*>(&wv[u]));
-        mx2 = __hmax2(mx2, *reinterpret_cast<const __half2*>(&wv[u]));
+        mn2 = __hmin2(mn2, *reinterpret_cast<const T2*>(&wv[u]));
+        mx2 = __hmax2(mx2, *reinterpret_cast<const T2*>(&wv[u]));
       }
     }
     float mn = fminf(__low2float(mn2), __high2float(mn2)), mx = fmaxf(__low2float(mx2), __high2float(mx2));

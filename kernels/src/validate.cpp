@@ -21,6 +21,7 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads);
 namespace {
 
 bool valid_block_size(int b) { return b == 16 || b == 32 || b == 64 || b == 128; }
+bool valid_dtype(Dtype16 t) { return t == Dtype16::f16 || t == Dtype16::bf16; }
 
 std::string check_cache(const char* who, const KernelFormat& f, const PagedCache& c) {
   if (!c.data) return fmt::format("{}: cache.data is null", who);
@@ -51,6 +52,7 @@ std::string check_blocks(const char* who, const BlockTable& b) {
 std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, const DecodeParams& p) {
   if (auto e = check_blocks(who, p.blocks); !e.empty()) return e;
   if (!p.query || !p.out) return fmt::format("{}: query or out is null", who);
+  if (!valid_dtype(p.dtype)) return fmt::format("{}: unknown query/out dtype {} (f16 or bf16)", who, int(p.dtype));
   if (p.n_q_heads < 1 || p.n_q_heads % n_kv_heads)
     return fmt::format("{}: n_q_heads {} must be a positive multiple of n_kv_heads {}", who, p.n_q_heads, n_kv_heads);
   if (!is_aligned(p.query, 4) || p.q_stride_batch % 2 || p.q_stride_head % 2 || p.q_stride_head < head_dim)
@@ -86,7 +88,8 @@ std::string store_can_implement(const KernelFormat& f, const StoreParams& p) {
   if (p.num_tokens < 0) return fmt::format("store_kv: num_tokens {} must be ≥ 0", p.num_tokens);
   if (p.num_tokens == 0) return {};
   if (!p.key || !p.value || !p.slot_mapping) return "store_kv: key, value or slot_mapping is null";
-  if (!is_aligned(p.key, 2) || !is_aligned(p.value, 2)) return "store_kv: key/value must be 2-byte aligned fp16";
+  if (!valid_dtype(p.dtype)) return fmt::format("store_kv: unknown key/value dtype {} (f16 or bf16)", int(p.dtype));
+  if (!is_aligned(p.key, 2) || !is_aligned(p.value, 2)) return "store_kv: key/value must be 2-byte aligned";
   if (p.key_stride_head < f.head_dim || p.key_stride_token < p.key_stride_head * p.cache.n_kv_heads)
     return fmt::format("store_kv: key strides (token {}, head {}) overlap rows of head_dim {} × {} heads",
                        p.key_stride_token, p.key_stride_head, f.head_dim, p.cache.n_kv_heads);
@@ -110,7 +113,7 @@ std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p)
   if (!p.out_offsets || !p.k_out || !p.v_out) return "dequant_paged: out_offsets, k_out or v_out is null";
   if (!is_aligned(p.k_out, 2) || !is_aligned(p.v_out, 2)) return "dequant_paged: k_out/v_out must be 2-byte aligned";
   if (p.max_seq_len < 0) return fmt::format("dequant_paged: max_seq_len {} must be ≥ 0", p.max_seq_len);
-  if (p.dtype != DequantDtype::f16 && p.dtype != DequantDtype::bf16)
+  if (!valid_dtype(p.dtype))
     return fmt::format("dequant_paged: unknown output dtype {} (f16 or bf16)", int(p.dtype));
   return {};
 }
@@ -143,7 +146,10 @@ std::string decode_f16_can_implement(const PagedCacheF16& c, const DecodeParams&
   if (!valid_block_size(c.block_size))
     return fmt::format("{}: block_size {} not supported (16, 32, 64 or 128)", who, c.block_size);
   if (c.n_kv_heads < 1 || c.num_blocks < 1) return fmt::format("{}: n_kv_heads and num_blocks must be ≥ 1", who);
-  return check_decode_common(who, c.head_dim, c.n_kv_heads, p);
+  if (auto e = check_decode_common(who, c.head_dim, c.n_kv_heads, p); !e.empty()) return e;
+  if (p.dtype != Dtype16::f16)
+    return fmt::format("{}: query/out dtype {}: the FP16 baseline takes fp16 only", who, dtype16_name(p.dtype));
+  return {};
 }
 
 }  // namespace tq::cuda

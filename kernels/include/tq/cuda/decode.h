@@ -13,8 +13,9 @@
 // DecodePlan::query_slices); stage 2 merges the splits by log-sum-exp. A single part
 // writes the output directly.
 //
-//   query  fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·q_stride_batch + h·q_stride_head + j
-//   out    fp16 [batch, n_q_heads, head_dim]: (i, h, j) at i·o_stride_batch + h·o_stride_head + j
+//   query  fp16 or bf16 (DecodeParams::dtype; the FP16 baseline: fp16) [batch, n_q_heads, head_dim]:
+//          (i, h, j) at i·q_stride_batch + h·q_stride_head + j
+//   out    the query's type, [batch, n_q_heads, head_dim]: (i, h, j) at i·o_stride_batch + h·o_stride_head + j
 //   q head h reads kv head h / (n_q_heads / n_kv_heads) (consecutive q heads share a kv head)
 //   out = softmax(attn_scale · q·K̂ᵀ) V̂ over positions [0, seq_lens[i]) of sequence i,
 //
@@ -46,6 +47,7 @@ struct DecodeParams {
   int64_t q_stride_batch = 0, q_stride_head = 0;
   void* out = nullptr;
   int64_t o_stride_batch = 0, o_stride_head = 0;
+  Dtype16 dtype = Dtype16::f16;  // of query and out (the quantized decode; the FP16 baseline takes fp16)
   int n_q_heads = 0;
   float attn_scale = 0.f;
   BlockTable blocks;
@@ -96,8 +98,10 @@ struct DecodePlan {
                             // as one tensor-map box instead of 16 per-token copies (the launch falls back to
                             // those if the driver cannot encode the map)
   size_t workspace_bytes = 0;  // fp32 partial outputs, their log-sum-exp, each sequence's items; 0 when parts == 1
-                               // (q_len > 1: preceded by the queries and outputs in column order)
+                               // (q_len > 1: preceded by the queries and outputs in column order; bf16
+                               // queries: preceded by their fp16 copy)
   int q_len = 1;               // the DecodeParams::q_len planned for
+  Dtype16 dtype = Dtype16::f16;  // the DecodeParams::dtype planned for
   int column_tiles = 1;        // 8-column N-tiles per warp (2: 16 query columns per warp from each decoded key
                                // and value, CTAs of 8 warps: mse or fp8 keys with uniform values at head_dim
                                // ≤ 128, 8 heads per CTA, and 8 < G ≤ 16 or q_len · G > 8 columns per kv head)

@@ -18,7 +18,7 @@
 
 namespace tq::cuda {
 
-enum class DequantDtype { f16, bf16 };
+using DequantDtype = Dtype16;  // the output rows' type
 
 struct DequantParams {
   PagedCache cache;

@@ -32,6 +32,12 @@ namespace tq::cuda {
 
 enum class CacheLayout : int { vllm = 0, planes = 1 };
 
+// The 16-bit float type of the activations a kernel reads or writes: the store's keys and values,
+// the decode's queries and outputs, the dequant's rows (vLLM serves bf16 models with bf16
+// activations). Reading one is exact; writing one rounds to nearest even.
+enum class Dtype16 : int { f16 = 0, bf16 = 1 };
+inline const char* dtype16_name(Dtype16 t) { return t == Dtype16::bf16 ? "bf16" : "fp16"; }
+
 struct PagedCache {
   uint8_t* data = nullptr;  // 16-byte aligned
   int64_t num_blocks = 0;
