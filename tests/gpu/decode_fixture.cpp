@@ -16,15 +16,17 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
   F.pg = make_paging(c.lens, c.bs, rng);
   const auto& pg = F.pg;
   const size_t rows = size_t(pg.total_tokens) * c.hkv;
-  auto kh = random_rows(rng, rows, c.d, 0.0, 1.0);
-  auto vh = random_rows(rng, rows, c.d, 0.3, 1.0);
+  auto kh = random_rows(rng, rows, c.d, 0.0, 1.0, c.bf16);
+  auto vh = random_rows(rng, rows, c.d, 0.3, 1.0, c.bf16);
+  auto to16 = [&](float v) { return c.bf16 ? tq::float_to_bf16(v) : tq::float_to_half(v); };
+  auto from16 = [&](uint16_t b) { return c.bf16 ? tq::bf16_to_float(b) : tq::half_to_float(b); };
   auto fill_row = [&](std::vector<uint16_t>& m, size_t row, float v) {
-    std::fill(m.begin() + std::ptrdiff_t(row * c.d), m.begin() + std::ptrdiff_t((row + 1) * c.d), tq::float_to_half(v));
+    std::fill(m.begin() + std::ptrdiff_t(row * c.d), m.begin() + std::ptrdiff_t((row + 1) * c.d), to16(v));
   };
   if (c.spike_k > 0)
     for (size_t row = 0; row < rows; row += size_t(c.spike_k)) {
       fill_row(kh, row, 0.f);
-      kh[row * c.d + row % size_t(c.d)] = tq::float_to_half(3.f);
+      kh[row * c.d + row % size_t(c.d)] = to16(3.f);
     }
   if (c.special_v > 0)
     for (size_t row = 0; row < rows; row += size_t(c.special_v)) {
@@ -39,10 +41,11 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
         const float f = float(1.0 + c.key_ramp * t / pg.lens[size_t(b)]);
         const size_t row0 = size_t(F.first[size_t(b)] + t) * c.hkv * c.d;
         for (size_t j = row0; j < row0 + size_t(c.hkv) * c.d; ++j)
-          kh[j] = tq::float_to_half(f * tq::half_to_float(kh[j]));
+          kh[j] = to16(f * from16(kh[j]));
       }
   const size_t slots = size_t(pg.num_blocks) * pg.block_size * c.hkv;
   if (c.fmt == "f16") {
+    REQUIRE(!c.bf16);  // our FP16 baseline is fp16 only
     std::vector<uint16_t> hk(slots * c.d, 0xffff), hv(slots * c.d, 0xffff);  // NaN poison in unused positions
     for (int64_t t = 0; t < pg.total_tokens; ++t)
       for (int h = 0; h < c.hkv; ++h)
@@ -70,7 +73,7 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
     dmap.upload(pg.slot_of_token);
     const auto sp = tq::cuda::StoreParams::contiguous(
         dk.as(), dv.as(), dmap.as<int64_t>(), int(pg.total_tokens), c.d,
-        {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes, c.layout()});
+        {F.cache->as<uint8_t>(), pg.num_blocks, pg.block_size, c.hkv, F.slot_bytes, c.layout()}, c.dtype());
     tq::cuda::store_kv(kf, sp);
     device_sync();
     auto bytes = F.cache->download<uint8_t>(F.cache->size());
@@ -122,8 +125,9 @@ size_t row_offset(const DecodeCase& c, int b, int j, int h) {
 DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   DecodeRun R;
   const size_t n = size_t(F.pg.batch * batch_stride(c));
-  const auto qh = random_rows(rng, (n + size_t(c.d) - 1) / size_t(c.d), c.d, 0.0, c.q_sigma);  // (padding: random too)
-  R.qf = halves_to_floats(qh);
+  const auto qh = random_rows(rng, (n + size_t(c.d) - 1) / size_t(c.d), c.d, 0.0, c.q_sigma, c.bf16);  // (padding: random too)
+  R.qf.resize(qh.size());
+  for (size_t i = 0; i < qh.size(); ++i) R.qf[i] = c.bf16 ? tq::bf16_to_float(qh[i]) : tq::half_to_float(qh[i]);
   R.q = std::make_unique<DevMem>(qh.size() * 2);
   R.q->upload(qh);
   R.out = std::make_unique<DevMem>(qh.size() * 2);
@@ -136,6 +140,7 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   R.p.q_len = c.q_len;
   R.p.q_stride_token = R.p.o_stride_token = c.q_len > 1 ? token_stride(c) : 0;
   R.p.n_q_heads = c.hq;
+  R.p.dtype = c.dtype();
   R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
   R.p.blocks = {F.table->as<int32_t>(), F.pg.stride, F.lens->as<int32_t>(), F.pg.batch};
   R.p.num_splits = c.splits;
@@ -200,12 +205,15 @@ double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, co
       double e = 0, n = 0;
       bool finite = true;
       for (int j = 0; j < c.d; ++j) {
-        const double o = tq::half_to_float(out[row + size_t(j)]);
+        const double o = c.bf16 ? tq::bf16_to_float(out[row + size_t(j)]) : tq::half_to_float(out[row + size_t(j)]);
         finite = finite && std::isfinite(o);
-        e += (o - ref[size_t(j)]) * (o - ref[size_t(j)]);
+        // bf16: the output's own rounding (at most half an ulp, ≤ 2^-8 · |o| · (1 + 2^-8)) is not the kernel's error
+        const double err = std::fabs(o - ref[size_t(j)]);
+        const double x = c.bf16 ? std::max(0.0, err - std::ldexp(std::fabs(o), -8) * (1 + 0x1p-8)) : err;
+        e += x * x;
         n += ref[size_t(j)] * ref[size_t(j)];
       }
-      INFO(c.fmt << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " q_len=" << c.q_len
+      INFO(c.fmt << (c.bf16 ? " bf16" : "") << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " q_len=" << c.q_len
                  << " splits=" << R.plan.num_splits << " parts=" << R.plan.parts << " passes=" << R.plan.query_passes
                  << " slices=" << R.plan.query_slices << " sequence " << b << " (len " << lens[size_t(b)]
                  << ") query " << qt << " q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "

@@ -46,6 +46,10 @@ struct DecodeCase {
   // query tokens per sequence: query j attends to positions [0, len − q_len + j]; the queries and
   // outputs are [batch, q_len, hq, d] with a padded token stride (q_len > 1: strided rows)
   int q_len = 1;
+  // bf16 keys and values (stored through the store kernel), queries and outputs; the output check allows
+  // each element its bf16 rounding (≤ 2^-8 of it) on top of kTol
+  bool bf16 = false;
+  tq::cuda::Dtype16 dtype() const { return bf16 ? tq::cuda::Dtype16::bf16 : tq::cuda::Dtype16::f16; }
   tq::cuda::CacheLayout layout() const { return planes ? tq::cuda::CacheLayout::planes : tq::cuda::CacheLayout::vllm; }
 };
 

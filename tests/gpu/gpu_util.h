@@ -1,4 +1,4 @@
-// Helpers of the GPU tests: device buffers, fp16 test data, a paged layout.
+// Helpers of the GPU tests: device buffers, fp16 / bf16 test data, a paged layout.
 #pragma once
 
 #include <cstdint>
@@ -56,12 +56,15 @@ inline double fast_gauss(tq::Rng& rng) {
   return (s - 2.0) * 1.7320508075688772;
 }
 
-// Rows of d fp16 values: mean + sigma·N(0,1)·(per-row factor in [0.5, 2]).
-inline std::vector<uint16_t> random_rows(tq::Rng& rng, size_t rows, int d, double mean, double sigma) {
+// Rows of d fp16 (bf16: bf16) values: mean + sigma·N(0,1)·(per-row factor in [0.5, 2]).
+inline std::vector<uint16_t> random_rows(tq::Rng& rng, size_t rows, int d, double mean, double sigma, bool bf16 = false) {
   std::vector<uint16_t> h(rows * size_t(d));
   for (size_t r = 0; r < rows; ++r) {
     const double f = sigma * (0.5 + 1.5 * double(rng.next_u64() >> 11) * 0x1p-53);
-    for (int j = 0; j < d; ++j) h[r * d + j] = tq::float_to_half(float(mean + f * fast_gauss(rng)));
+    for (int j = 0; j < d; ++j) {
+      const float x = float(mean + f * fast_gauss(rng));
+      h[r * d + j] = bf16 ? tq::float_to_bf16(x) : tq::float_to_half(x);
+    }
   }
   return h;
 }

@@ -559,6 +559,54 @@ TEST_CASE("decode: running maxima that keep rising (lazy softmax rescale)", "[de
     }
 }
 
+// bf16 queries and outputs (and bf16 keys and values stored into the cache): the single-part write-out, the
+// merge, the turbo formats' rotated write-out, multi-query launches (one and two N-tiles) and G 16.
+static void run_bf16(const std::string& fmt, bool quick) {
+  DecodeCase c;
+  c.fmt = fmt;
+  c.bf16 = true;
+  c.hq = 8;
+  c.hkv = 2;
+  c.lens = {1, 17, 40};
+  c.splits = 2;
+  run_decode(c);
+  c.lens = {33};  // one part per sequence at splits 1 and one warp's tokens: the output written by stage 1
+  c.splits = 1;
+  c.hkv = 1;
+  run_decode(c);
+  c.lens = {0, 300, 2};
+  c.splits = 3;
+  run_decode(c);
+  c.hq = 32;  // 32/8, q_len 4: 16 columns per kv head
+  c.hkv = 8;
+  c.q_len = 4;
+  c.lens = {3, 4, 35, 700};
+  c.splits = 0;
+  for (const int tiles : {0, 2}) {
+    c.tiles = tiles;
+    run_decode(c);
+  }
+  if (quick) return;
+  c.tiles = 0;
+  c.q_len = 1;
+  c.hq = 128;  // G 16
+  c.lens = kRagged;
+  run_decode(c);
+  c.hq = 64;  // G 8, q_len 7, ragged
+  c.q_len = 7;
+  c.lens = {5, 7, 64, 65, 2500};
+  run_decode(c);
+}
+
+TEST_CASE("decode: bf16 queries and outputs, every quantized format", "[decode][bf16]") {
+  for (const auto& fmt : kDecodeFormats)
+    if (fmt != "f16") run_bf16(fmt, false);
+}
+
+TEST_CASE("decode: bf16 quick subset", "[decode][bf16][quick]") {
+  for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3"}) run_bf16(fmt, true);
+}
+
 TEST_CASE("decode: quick subset", "[decode][quick]") {
   for (const auto& fmt : kDecodeFormats) {
     DecodeCase c;

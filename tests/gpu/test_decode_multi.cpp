@@ -187,4 +187,12 @@ TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][
   p = R.p;
   p.q_len = 2;
   REQUIRE_THROWS_WITH(tq::cuda::paged_decode_f16(f16, p, pf, R.ws->as()), Contains("plan is for q_len 3"));
+  // query / output types: bf16 is the quantized decode's; a plan is for one type; unknown values are refused
+  p = R.p;
+  p.dtype = tq::cuda::Dtype16::bf16;
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode_f16(f16, p), Contains("FP16 baseline takes fp16 only"));
+  REQUIRE_THROWS_WITH(tq::cuda::paged_decode(kf, pc, p, R.plan, R.ws->as()), Contains("plan is for fp16 queries"));
+  REQUIRE(tq::cuda::plan_decode(kf, pc, p).dtype == tq::cuda::Dtype16::bf16);
+  p.dtype = static_cast<tq::cuda::Dtype16>(5);
+  REQUIRE_THROWS_WITH(tq::cuda::plan_decode(kf, pc, p), Contains("unknown query/out dtype 5"));
 }

@@ -1,13 +1,15 @@
 // The GPU codec table (TQ_GPU_CODECS, tq/cuda/kernel_format.h) against the CPU formats it names.
 // Host code only ([host]: runs without a CUDA device, in CI too): every row's format maps to
 // exactly that row, the decode support follows the row, and formats outside the table are refused
-// with the table's names in the message.
+// with the table's names in the message. Also the launchers' checks of the activation types.
 #include <catch2/catch.hpp>
 
 #include <string>
 
 #include "formats.cuh"  // kernels/src: the dispatch (host code)
+#include "tq/cuda/decode.h"
 #include "tq/cuda/kernel_format.h"
+#include "tq/cuda/store.h"
 #include "tq/error.h"
 #include "tq/format.h"
 
@@ -122,4 +124,34 @@ TEST_CASE("format table: record sizes at d 128, and KernelFormats with other siz
     k.slot_bytes += 2;
     REQUIRE_THAT(tq::cuda::layout_support(k), Contains("do not match its codecs' layout"));
   }
+}
+
+TEST_CASE("launchers: activation types (fp16, bf16) are checked by name", "[host][api]") {
+  using tq::cuda::Dtype16;
+  alignas(16) static uint8_t mem[1 << 16];  // validated only, never launched
+  const auto kf = tq::cuda::kernel_format(tq::make_format("turboquant_4bit_nc", 128));
+  const tq::cuda::PagedCache pc{mem, 4, 16, 2, kf.slot_bytes};
+  static const int64_t slots[1] = {0};
+  auto sp = tq::cuda::StoreParams::contiguous(mem, mem, slots, 1, 128, pc, Dtype16::bf16);
+  REQUIRE(tq::cuda::store_can_implement(kf, sp).empty());
+  sp.dtype = static_cast<Dtype16>(2);
+  REQUIRE_THAT(tq::cuda::store_can_implement(kf, sp), Contains("unknown key/value dtype 2"));
+
+  tq::cuda::DecodeParams p;
+  p.query = p.out = mem;
+  p.q_stride_batch = p.o_stride_batch = 8 * 128;
+  p.q_stride_head = p.o_stride_head = 128;
+  p.n_q_heads = 8;
+  p.attn_scale = 0.1f;
+  static const int32_t table[4] = {0, 1, 2, 3}, lens[1] = {64};
+  p.blocks = {table, 4, lens, 1};
+  p.max_seq_len = 64;
+  p.dtype = Dtype16::bf16;
+  REQUIRE(tq::cuda::decode_can_implement(kf, pc, p).empty());
+  const tq::cuda::PagedCacheF16 f16{mem, mem, 4, 16, 2, 128};
+  REQUIRE_THAT(tq::cuda::decode_f16_can_implement(f16, p), Contains("FP16 baseline takes fp16 only"));
+  p.dtype = static_cast<Dtype16>(3);
+  REQUIRE_THAT(tq::cuda::decode_can_implement(kf, pc, p), Contains("unknown query/out dtype 3"));
+  p.dtype = Dtype16::f16;
+  REQUIRE(tq::cuda::decode_f16_can_implement(f16, p).empty());
 }

@@ -1,5 +1,5 @@
 // Store kernels: the bytes in the paged cache equal the CPU encoder's
-// (KvFormat::encode_slots of float(k_half), float(v_half)); padding tokens
+// (KvFormat::encode_slots of float(k), float(v), k and v fp16 or bf16); padding tokens
 // (slot_mapping < 0) and every slot nobody wrote keep their poison.
 #include <catch2/catch.hpp>
 
@@ -9,6 +9,7 @@
 #include "gpu_util.h"
 #include "tq/cuda/kernel_format.h"
 #include "tq/cuda/store.h"
+#include "tq/float_formats.h"
 #include "tq/format.h"
 #include "tq/formats/mse.h"
 #include "tq/formats/uniform.h"
@@ -29,8 +30,12 @@ const std::vector<std::string>& store_formats() {
 // Stores n_tokens random tokens (a tenth of them padding) into a poisoned cache and
 // compares every byte of the cache with the CPU encoder.
 void check_store(const std::string& name, int d, int block_size, int n_tokens, int hkv, uint64_t seed,
-                 int extra_stride = 0) {
-  INFO("format " << name << " d=" << d << " block_size=" << block_size << " tokens=" << n_tokens << " hkv=" << hkv);
+                 int extra_stride = 0, tq::cuda::Dtype16 dtype = tq::cuda::Dtype16::f16) {
+  INFO("format " << name << " d=" << d << " block_size=" << block_size << " tokens=" << n_tokens << " hkv=" << hkv
+                 << " " << tq::cuda::dtype16_name(dtype));
+  const bool bf = dtype == tq::cuda::Dtype16::bf16;
+  auto to16 = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
+  auto from16 = [&](uint16_t b) { return bf ? tq::bf16_to_float(b) : tq::half_to_float(b); };
   const tq::KvFormat f = tq::make_format(name, d);
   const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(f);
   tq::Rng rng(seed);
@@ -57,8 +62,8 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
         // (j = 40 before −0 at 3d/4); the GPU spreads a row over lanes in another order
         if (t == 4 && h == 0) vv = j == 9 ? -0.f : j == 32 ? 0.f : std::fabs(vv) + 0.01f;
         if (t == 5 && h == 0) vv = j == 40 ? 0.f : j == 3 * d / 4 ? -0.f : -std::fabs(vv) - 0.01f;
-        kh[size_t(t * row + h * d + j)] = tq::float_to_half(kv);
-        vh[size_t(t * row + h * d + j)] = tq::float_to_half(vv);
+        kh[size_t(t * row + h * d + j)] = to16(kv);
+        vh[size_t(t * row + h * d + j)] = to16(vv);
       }
     }
   DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(mapping.size() * 8);
@@ -70,7 +75,8 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
   cache.fill(kPoison);
 
   auto p = tq::cuda::StoreParams::contiguous(dk.as(), dv.as(), dmap.as<int64_t>(), n_tokens, d,
-                                             {cache.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())});
+                                             {cache.as<uint8_t>(), num_blocks, block_size, hkv, int(f.slot_bytes())},
+                                             dtype);
   p.key_stride_token = p.value_stride_token = row;
   tq::cuda::store_kv(kf, p);
   device_sync();
@@ -82,8 +88,8 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
     if (mapping[size_t(t)] < 0) continue;
     for (int h = 0; h < hkv; ++h) {
       for (int j = 0; j < d; ++j) {
-        k[size_t(j)] = tq::half_to_float(kh[size_t(t * row + h * d + j)]);
-        v[size_t(j)] = tq::half_to_float(vh[size_t(t * row + h * d + j)]);
+        k[size_t(j)] = from16(kh[size_t(t * row + h * d + j)]);
+        v[size_t(j)] = from16(vh[size_t(t * row + h * d + j)]);
       }
       f.encode_slots(k.data(), v.data(), 1,
                      expect.data() + (size_t(mapping[size_t(t)]) * hkv + h) * f.slot_bytes());
@@ -186,7 +192,20 @@ TEST_CASE("store: strided inputs and many tokens", "[store]") {
   check_store("turbo4-qjl", 64, 128, 300, 5, 95, 1);   // warp kernel, zero padding
 }
 
+TEST_CASE("store: bf16 keys and values equal the CPU encoder of their floats (every format, both kernels)",
+          "[store][bf16]") {
+  using tq::cuda::Dtype16;
+  uint64_t seed = 500;
+  for (const auto& name : store_formats())
+    for (int d : {64, 128, 256}) {
+      check_store(name, d, 16, 150, 3, seed++, 0, Dtype16::bf16);  // aligned rows: the quad kernel where it applies
+      check_store(name, d, 32, 100, 2, seed++, 3, Dtype16::bf16);  // rows 2-byte aligned: the warp kernel
+    }
+}
+
 TEST_CASE("store: quick subset", "[store][quick]") {
+  check_store("turboquant_4bit_nc", 128, 16, 40, 2, 12, 0, tq::cuda::Dtype16::bf16);
+  check_store("turbo4-qjl", 64, 16, 20, 2, 13, 3, tq::cuda::Dtype16::bf16);
   check_store("turboquant_4bit_nc", 128, 16, 40, 2, 5);
   check_store("turboquant_k3v4_nc", 64, 32, 40, 2, 6);
   check_store("turboquant_k8v4", 256, 16, 20, 2, 7);
