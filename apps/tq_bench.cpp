@@ -35,6 +35,7 @@ struct Args {
   int batch = 32, q_heads = 32, kv_heads = 8, head_dim = 128, ctx = 4096, splits = 0, block_size = 16;
   int tiles = 0;  // --tiles: DecodeParams::column_tiles
   bool even_dealing = false;  // --even-dealing: DecodeParams::even_dealing
+  std::string dtype = "fp16";  // --dtype: the quantized store's and decode's activations
   int reps = 30, warmup = 5;
   int64_t store_tokens = 0;
   double copy_gb = 2.0;
@@ -250,6 +251,7 @@ int run_gpu(const Args& a) {
   s.num_splits = a.splits;
   s.column_tiles = a.tiles;
   s.even_dealing = a.even_dealing;
+  s.dtype = a.dtype == "bf16" ? tq::cuda::Dtype16::bf16 : tq::cuda::Dtype16::f16;
   s.seq_lens = a.seq_lens;
   s.pages = a.pages == "shuffled"     ? tq::cuda::BenchShape::Pages::shuffled
             : a.pages == "sequential" ? tq::cuda::BenchShape::Pages::sequential
@@ -304,6 +306,7 @@ int run_gpu(const Args& a) {
                   {"kv_heads", a.kv_heads}, {"head_dim", a.head_dim},
                   {"ctx", a.ctx}};  // the longest sequence
     if (!a.seq_lens.empty()) j["seq_lens"] = a.seq_lens_spec;
+    if (a.dtype != "fp16") j["dtype"] = a.dtype;
     j["total_tokens"] = total_tokens(a);
     j["block_size"] = a.block_size;
     j["pages"] = a.pages;
@@ -382,6 +385,7 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
       tq::Json j = {{"format", name},         {"mode", "gpu-multi-query"}, {"device", dev.name},
                     {"batch", a.batch},       {"q_heads", a.q_heads},      {"kv_heads", a.kv_heads},
                     {"head_dim", a.head_dim}, {"ctx", a.ctx}};
+      if (a.dtype != "fp16") j["dtype"] = a.dtype;
       j.update(tq::Json(r));  // q_len … reps after the shape
       rows.push_back(std::move(j));
       tq::bench::Cells cells = {name};
@@ -435,6 +439,11 @@ int main(int argc, char** argv) {
   app.add_flag("--even-dealing", a.even_dealing,
               "deal each sequence's tokens out in equal chunks even where the planner would take the balanced "
               "dealing (short last chunks on the CTA slots a wave leaves idle; for A/B timing)");
+  app.add_option("--dtype", a.dtype,
+                 "activations of the quantized store (keys, values) and decode (queries, outputs): fp16 or bf16 "
+                 "(our FP16 decode and SDPA stay fp16)")
+      ->check(CLI::IsMember({"fp16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed launches first")->capture_default_str();

@@ -2,7 +2,7 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16
 #        (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
@@ -23,8 +23,8 @@
 # decode of known models' shapes against our FP16 and SDPA), torch.log + op_overhead.jsonl (torch: the
 # python/ extension built in place, its pytest suite, the op's overhead over its kernels), planner.jsonl +
 # planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
-# python/examples/bench_multi_query.py at G 1, 8, 16); a summary table is
-# printed last.
+# python/examples/bench_multi_query.py at G 1, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
+# activations against fp16, interleaved); a summary table is printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
 # (Catch2 and nlohmann-json there; fmt and CLI11 as a fallback) come from .deps/ when present:
@@ -252,6 +252,46 @@ if has crossover; then
       --kv-heads $2 --q-lens $3 --json "$OUT/multi_query_crossover.jsonl") 2>> "$OUT/errors.log" ||
       { status=1; echo "bench_multi_query $spec failed:"; tail -5 "$OUT/errors.log"; }
   done
+fi
+
+if has bf16; then
+  # bf16 activations (tq-bench --dtype) against fp16, interleaved twice: B 32 at 32K (throughput), B 1 at 4K
+  # (latency: the bf16 queries' conversion is one more launch), and q_len 4.
+  for pass in 1 2; do
+    for dt in fp16 bf16; do
+      for spec in "--batch 32 --ctx 32768" "--batch 1 --ctx 4096" "--batch 32 --ctx 32768 --q-len 4"; do
+        if timeout 120 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc \
+            --format turboquant_3bit_nc --format turboquant_k8v4 --q-heads 32 --kv-heads 8 --head-dim 128 \
+            --layout vllm --dequant none --dtype $dt $spec --json > "$OUT/bf16.tmp" 2>> "$OUT/errors.log"; then
+          python3 -c "import json,sys; print(json.dumps({'pass': $pass, 'dtype': '$dt', 'spec': '$spec', 'rows': json.load(open(sys.argv[1]))}))" \
+            "$OUT/bf16.tmp" >> "$OUT/bf16.jsonl"
+        else
+          status=1; echo "tq-bench --dtype $dt $spec failed:"; tail -5 "$OUT/errors.log"
+        fi
+      done
+    done
+  done
+  rm -f "$OUT/bf16.tmp"
+  python3 - "$OUT/bf16.jsonl" <<'PY'
+import collections, json, sys
+t = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    run = json.loads(line)
+    for r in run["rows"]:
+        d, st = r.get("decode"), r.get("store")  # (a string where not run)
+        ms = d.get("median_ms") if isinstance(d, dict) else r.get("fused_ms")
+        store = st.get("median_ms") if isinstance(st, dict) else None
+        t[(run["spec"], r["format"], run["dtype"])].append((ms, store))
+for (spec, fmt, dt), v in sorted(t.items()):
+    if dt != "fp16":
+        continue
+    b = t.get((spec, fmt, "bf16"), [])
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+    f_ms, b_ms = mean([x[0] for x in v if x[0]]), mean([x[0] for x in b if x[0]])
+    f_st, b_st = mean([x[1] for x in v if x[1]]), mean([x[1] for x in b if x[1]])
+    print(f"bf16 vs fp16 {spec:34s} {fmt:20s} decode {f_ms:.4f} -> {b_ms:.4f} ms ({b_ms / f_ms - 1:+.1%})"
+          + (f", store {f_st:.4f} -> {b_st:.4f} ms ({b_st / f_st - 1:+.1%})" if f_st == f_st else ""))
+PY
 fi
 
 # ---- summary (last) ----

@@ -129,7 +129,7 @@ DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks, int q_le
   const size_t qn = size_t(s.batch) * size_t(q_len) * s.n_q_heads * s.head_dim;
   d.q = std::make_unique<Buf>(qn * 2);
   d.out = std::make_unique<Buf>(qn * 2);
-  fill_random_f16(d.q->p, qn, 7, 0.f, 1.f);
+  fill_random_16(d.q->p, qn, 7, 0.f, 1.f, s.dtype);
   d.p.query = d.q->p;
   d.p.q_len = q_len;
   d.p.q_stride_token = d.p.o_stride_token = q_len > 1 ? int64_t(s.n_q_heads) * s.head_dim : 0;
@@ -137,6 +137,7 @@ DecodeSetup decode_setup(const BenchShape& s, const BlockTable& blocks, int q_le
   d.p.q_stride_head = d.p.o_stride_head = s.head_dim;
   d.p.out = d.out->p;
   d.p.n_q_heads = s.n_q_heads;
+  d.p.dtype = s.dtype;
   d.p.attn_scale = float(1.0 / std::sqrt(double(s.head_dim)));
   d.p.blocks = blocks;
   d.p.num_splits = s.num_splits;
@@ -174,8 +175,8 @@ void fill_paged_cache(const KernelFormat& kf, const BenchShape& s, const PagedCa
       slots[size_t(i)] = int64_t(tab[size_t(b * pages + pos / s.block_size)]) * s.block_size + pos % s.block_size;
     }
     TQ_CUDA_CHECK(cudaMemcpy(map.p, slots.data(), size_t(n) * 8, cudaMemcpyHostToDevice));
-    fill_random_f16(k.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 11), 0.f, 1.f);
-    fill_random_f16(v.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 12), 0.3f, 1.f);
+    fill_random_16(k.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 11), 0.f, 1.f);
+    fill_random_16(v.p, size_t(n) * s.n_kv_heads * s.head_dim, uint64_t(2 * t0 + 12), 0.3f, 1.f);
     sp.num_tokens = int(n);
     store_kv(kf, sp);
   }
@@ -236,15 +237,17 @@ F16Caches filled_f16_caches(const BenchShape& s) {
   for (int i = 0; i < c.copies; ++i) {
     c.ks.push_back(std::make_unique<Buf>(2 * elems));
     c.vs.push_back(std::make_unique<Buf>(2 * elems));
-    fill_random_f16(c.ks.back()->p, elems, uint64_t(100 + 2 * i), 0.f, 1.f);
-    fill_random_f16(c.vs.back()->p, elems, uint64_t(101 + 2 * i), 0.3f, 1.f);
+    fill_random_16(c.ks.back()->p, elems, uint64_t(100 + 2 * i), 0.f, 1.f);
+    fill_random_16(c.vs.back()->p, elems, uint64_t(101 + 2 * i), 0.3f, 1.f);
   }
   c.tables = table_setup(s, pages);
   return c;
 }
 
-// Our FP16 decode of q_len queries per sequence, timed over a fresh fp16 cache of the shape.
-DecodeBench f16_decode(const BenchShape& s, int q_len, const BenchOptions& o) {
+// Our FP16 decode of q_len queries per sequence (fp16 whatever s.dtype), timed over a fresh fp16 cache of the shape.
+DecodeBench f16_decode(const BenchShape& s_in, int q_len, const BenchOptions& o) {
+  BenchShape s = s_in;
+  s.dtype = Dtype16::f16;
   const F16Caches caches = filled_f16_caches(s);
   DecodeBench r;
   r.copies = caches.copies;
@@ -363,8 +366,8 @@ StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, c
   const size_t elems = size_t(tokens) * s.n_kv_heads * s.head_dim;
   const size_t cache_bytes = size_t(num_blocks) * s.block_size * s.n_kv_heads * kf.slot_bytes;
   Buf k(elems * 2), v(elems * 2), map(size_t(tokens) * 8), cache(cache_bytes);
-  fill_random_f16(k.p, elems, 21, 0.f, 1.f);
-  fill_random_f16(v.p, elems, 22, 0.3f, 1.f);
+  fill_random_16(k.p, elems, 21, 0.f, 1.f, s.dtype);
+  fill_random_16(v.p, elems, 22, 0.3f, 1.f, s.dtype);
   std::vector<int64_t> slots(static_cast<size_t>(tokens));
   std::iota(slots.begin(), slots.end(), 0);
   Rng rng(3);
@@ -373,7 +376,8 @@ StoreBench bench_store(const KvFormat& f, const BenchShape& s, int64_t tokens, c
   const StoreParams sp = StoreParams::contiguous(
       k.p, v.p, map.as<int64_t>(), int(tokens), s.head_dim,
       {cache.as<uint8_t>(), num_blocks, s.block_size, s.n_kv_heads, kf.slot_bytes,
-       s.planes ? CacheLayout::planes : CacheLayout::vllm});
+       s.planes ? CacheLayout::planes : CacheLayout::vllm},
+      s.dtype);
   StoreBench r;
   r.tokens = tokens;
   r.t = time_launches(o, [&](int) { store_kv(kf, sp); });

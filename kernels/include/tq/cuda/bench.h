@@ -22,6 +22,9 @@ struct BenchShape {
   int num_splits = 0;  // 0 = auto
   int column_tiles = 0;  // DecodeParams::column_tiles (0 = the planner's choice)
   bool even_dealing = false;  // DecodeParams::even_dealing
+  // The quantized paths' activations: store's keys and values, the decode's queries and outputs
+  // (our FP16 decode, SDPA and the dequant keep theirs)
+  Dtype16 dtype = Dtype16::f16;
   // Pages of each sequence: shuffled, a random permutation of all cache blocks (as
   // the tables of a long-running server look); sequential, consecutive blocks;
   // resident (diagnostic), every table entry in the first kResidentBlocks blocks, so
@@ -105,7 +108,8 @@ struct DequantBench {
 };
 DequantBench bench_dequant(const KvFormat& f, const BenchShape& s, DequantDtype dtype, const BenchOptions& o);
 
-// Gaussian-ish fp16 test data on the device (mean + sigma · N(0,1) approx.).
-void fill_random_f16(void* dst, size_t n, uint64_t seed, float mean, float sigma, cudaStream_t stream = nullptr);
+// Gaussian-ish fp16 or bf16 test data on the device (mean + sigma · N(0,1) approx.).
+void fill_random_16(void* dst, size_t n, uint64_t seed, float mean, float sigma, Dtype16 dtype = Dtype16::f16,
+                    cudaStream_t stream = nullptr);
 
 }  // namespace tq::cuda
