@@ -76,6 +76,13 @@ void check_cuda(const Tensor& t, const char* op, const char* arg, at::ScalarType
   TORCH_CHECK(t.scalar_type() == dtype, "tqkit.", op, ": ", arg, " must be ", dtype, " (got ", t.scalar_type(), ")");
 }
 
+// The 16-bit activation type of t (key, query): fp16 or bf16, else an error naming arg.
+tq::cuda::Dtype16 act_dtype(const Tensor& t, const char* op, const char* arg) {
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "tqkit.", op, ": ", arg,
+              " must be Half or BFloat16 (got ", t.scalar_type(), ")");
+  return t.scalar_type() == at::kBFloat16 ? tq::cuda::Dtype16::bf16 : tq::cuda::Dtype16::f16;
+}
+
 // Runs fn, turning tqkit's exceptions (launcher checks, CUDA errors) into RuntimeError.
 template <class Fn>
 void guarded(const char* op, Fn&& fn) {
@@ -134,8 +141,9 @@ void store(const Tensor& key, const Tensor& value, Tensor& kv_cache, const Tenso
               ")");
   const Formats& f = formats_for(format, key.size(2), op);
   const tq::cuda::PagedCache c = cache_view(kv_cache, f, op);
-  check_cuda(key, op, "key", at::kHalf, kv_cache);
-  check_cuda(value, op, "value", at::kHalf, kv_cache);
+  const tq::cuda::Dtype16 dtype = act_dtype(key, op, "key");
+  check_cuda(key, op, "key", key.scalar_type(), kv_cache);
+  check_cuda(value, op, "value", key.scalar_type(), kv_cache);  // the key's type
   check_cuda(slot_mapping, op, "slot_mapping", at::kLong, kv_cache);
   TORCH_CHECK(value.sizes() == key.sizes(), "tqkit.store: value ", value.sizes(), " must match key ", key.sizes());
   TORCH_CHECK(key.size(1) == c.n_kv_heads, "tqkit.store: key has ", key.size(1), " kv heads, kv_cache ",
@@ -156,6 +164,7 @@ void store(const Tensor& key, const Tensor& value, Tensor& kv_cache, const Tenso
   p.slot_mapping = slot_mapping.data_ptr<int64_t>();
   p.num_tokens = int(key.size(0));
   p.cache = c;
+  p.dtype = dtype;
   guarded(op, [&] {
     const std::string why = tq::cuda::store_can_implement(f.gpu, p);
     TORCH_CHECK(why.empty(), "tqkit.store: ", why);
@@ -181,8 +190,9 @@ constexpr int64_t kLensAlign = 256;  // the per-launch seq_lens sit after the pl
 bool fused_multi_query(int64_t q_len) { return q_len > 1 && q_len <= tq::cuda::kMaxQueryLen; }
 
 tq::cuda::DecodeParams decode_params(const DecodeShape& s, const tq::cuda::BlockTable& b, double scale,
-                                     int64_t max_seq_len, int64_t num_splits) {
+                                     int64_t max_seq_len, int64_t num_splits, tq::cuda::Dtype16 dtype) {
   tq::cuda::DecodeParams p;
+  p.dtype = dtype;
   p.q_len = fused_multi_query(s.q_len) ? int(s.q_len) : 1;
   p.n_q_heads = int(s.heads);
   p.attn_scale = float(scale);
@@ -194,7 +204,7 @@ tq::cuda::DecodeParams decode_params(const DecodeShape& s, const tq::cuda::Block
 
 int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int64_t q_len, int64_t num_heads,
                                int64_t num_kv_heads, int64_t head_dim, int64_t block_size, int64_t max_seq_len,
-                               int64_t num_splits) {
+                               int64_t num_splits, bool bf16) {
   const char* op = "decode_workspace_bytes";
   const Formats& f = formats_for(format, head_dim, op);
   TORCH_CHECK(num_seqs >= 1 && q_len >= 1 && num_heads >= 1 && num_kv_heads >= 1 && max_seq_len >= 1,
@@ -210,7 +220,8 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
   b.stride = int((max_seq_len + block_size - 1) / block_size);
   b.seq_lens = reinterpret_cast<const int32_t*>(256);
   b.batch = int(num_seqs);
-  tq::cuda::DecodeParams p = decode_params({num_seqs, q_len, num_heads, head_dim}, b, 1.0, max_seq_len, num_splits);
+  tq::cuda::DecodeParams p = decode_params({num_seqs, q_len, num_heads, head_dim}, b, 1.0, max_seq_len, num_splits,
+                                          bf16 ? tq::cuda::Dtype16::bf16 : tq::cuda::Dtype16::f16);
   p.query = p.out = reinterpret_cast<void*>(256);
   p.q_stride_head = p.o_stride_head = head_dim;
   p.q_stride_batch = p.o_stride_batch = q_len * num_heads * head_dim;
@@ -232,8 +243,9 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   const DecodeShape s = decode_shape(query, op);
   const Formats& f = formats_for(format, s.head_dim, op);
   const tq::cuda::PagedCache c = cache_view(kv_cache, f, op);
-  check_cuda(query, op, "query", at::kHalf, kv_cache);
-  check_cuda(out, op, "out", at::kHalf, kv_cache);
+  const tq::cuda::Dtype16 dtype = act_dtype(query, op, "query");
+  check_cuda(query, op, "query", query.scalar_type(), kv_cache);
+  check_cuda(out, op, "out", query.scalar_type(), kv_cache);  // the query's type
   check_cuda(workspace, op, "workspace", at::kByte, kv_cache);
   TORCH_CHECK(out.sizes() == query.sizes(), "tqkit.decode: out ", out.sizes(), " must match query ", query.sizes());
   TORCH_CHECK(query.stride(-1) == 1 && out.stride(-1) == 1, "tqkit.decode: query and out need a contiguous last dim");
@@ -246,14 +258,14 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   TORCH_CHECK(int64_t(b.stride) * c.block_size >= max_seq_len, "tqkit.decode: block_table holds ", b.stride,
               " blocks of ", c.block_size, " per sequence, fewer than max_seq_len ", max_seq_len, " tokens");
   const int64_t need = decode_workspace_bytes(format, s.batch, s.q_len, s.heads, c.n_kv_heads, s.head_dim,
-                                              c.block_size, max_seq_len, num_splits);
+                                              c.block_size, max_seq_len, num_splits, dtype == tq::cuda::Dtype16::bf16);
   TORCH_CHECK(workspace.numel() >= need, "tqkit.decode: workspace has ", workspace.numel(), " bytes, this call needs ",
               need, " (tqkit_torch.decode_workspace_bytes)");
   if (s.batch == 0) return;
   const c10::cuda::CUDAGuard guard(kv_cache.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int qd = query.dim();
-  tq::cuda::DecodeParams p = decode_params(s, b, scale, max_seq_len, num_splits);
+  tq::cuda::DecodeParams p = decode_params(s, b, scale, max_seq_len, num_splits, dtype);
   p.q_stride_batch = query.stride(0);
   p.q_stride_head = query.stride(qd - 2);
   p.o_stride_batch = out.stride(0);
@@ -275,8 +287,9 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   guarded(op, [&] {
     for (int64_t j = 0; j < s.q_len; ++j) {
       const int64_t behind = s.q_len - 1 - j;  // later queries of the chunk this one must not see
-      p.query = static_cast<const at::Half*>(query.data_ptr()) + j * (qd == 4 ? query.stride(1) : 0);
-      p.out = static_cast<at::Half*>(out.data_ptr()) + j * (qd == 4 ? out.stride(1) : 0);
+      // (2-byte elements, fp16 or bf16)
+      p.query = static_cast<const int16_t*>(query.data_ptr()) + j * (qd == 4 ? query.stride(1) : 0);
+      p.out = static_cast<int16_t*>(out.data_ptr()) + j * (qd == 4 ? out.stride(1) : 0);
       if (behind > 0) {
         at::sub_out(lens, seq_lens, behind);
         p.blocks.seq_lens = lens.data_ptr<int32_t>();
@@ -362,7 +375,7 @@ TORCH_LIBRARY(tqkit, m) {
   m.def("slot_bytes(str format, int head_dim) -> int", &slot_bytes);
   m.def(
       "decode_workspace_bytes(str format, int num_seqs, int q_len, int num_heads, int num_kv_heads, int head_dim, "
-      "int block_size, int max_seq_len, int num_splits) -> int",
+      "int block_size, int max_seq_len, int num_splits, bool bf16=False) -> int",
       &decode_workspace_bytes);
   m.def("store(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, str format) -> ()");
   m.def(

@@ -29,9 +29,9 @@ def gen(seed):
     return g
 
 
-def paged_setup(fmt, d, seq_lens, kv_heads, block_size=16, seed=0, spare_blocks=3):
+def paged_setup(fmt, d, seq_lens, kv_heads, block_size=16, seed=0, spare_blocks=3, dtype=torch.float16):
     """A cache with each sequence's tokens stored through tq.store in shuffled blocks.
-    Returns cache, block_table, seq_lens (int32 cuda), the fp16 K/V per sequence."""
+    Returns cache, block_table, seq_lens (int32 cuda), the K/V (dtype) per sequence."""
     g = gen(seed)
     blocks_per = [(n + block_size - 1) // block_size for n in seq_lens]
     nb = sum(blocks_per) + spare_blocks
@@ -43,8 +43,8 @@ def paged_setup(fmt, d, seq_lens, kv_heads, block_size=16, seed=0, spare_blocks=
     for i, n in enumerate(seq_lens):
         table[i, : blocks_per[i]] = perm[pos: pos + blocks_per[i]].to(torch.int32)
         pos += blocks_per[i]
-        k = (torch.randn(n, kv_heads, d, generator=g) * 2).half()
-        v = torch.randn(n, kv_heads, d, generator=g).half()
+        k = (torch.randn(n, kv_heads, d, generator=g) * 2).to(dtype)
+        v = torch.randn(n, kv_heads, d, generator=g).to(dtype)
         t = torch.arange(n)
         slots = table[i, t // block_size].to(torch.int64) * block_size + t % block_size
         tq.store(k.to(DEV), v.to(DEV), cache, slots.to(DEV), fmt, validate=True)
@@ -72,22 +72,23 @@ def cpu_kv(cache, table, i, n, fmt, d):
 
 @pytest.mark.parametrize("fmt", PRESETS + TURBO)
 @pytest.mark.parametrize("d", [64, 128, 256])
-def test_store_writes_the_cpu_encoders_bytes(fmt, d):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_store_writes_the_cpu_encoders_bytes(fmt, d, dtype):
     if fmt.startswith("turbo") and not fmt.startswith("turboquant") and d == 64:
         pytest.skip("turbo blocks are 128 values: head_dim 64 is refused")
     g = gen(1)
     n, h, bs = 37, 2, 16
-    k = (torch.randn(n, h, d, generator=g) * 3).half()
-    v = torch.randn(n, h, d, generator=g).half()
+    k = (torch.randn(n, h, d, generator=g) * 3).to(dtype)
+    v = torch.randn(n, h, d, generator=g).to(dtype)
     nb = 4
     cache = torch.zeros(nb, bs, h, tq.slot_bytes(fmt, d), dtype=torch.uint8, device=DEV)
     slots = torch.randperm(nb * bs, generator=g)[:n].to(torch.int64)
     slots[5] = -1  # skipped
     # a strided key (a view of a wider tensor) as vLLM's fused QKV output is
-    kw = torch.zeros(n, h, d + 8, dtype=torch.half)
+    kw = torch.zeros(n, h, d + 8, dtype=dtype)
     kw[..., :d] = k
     tq.store(kw[..., :d].to(DEV), v.to(DEV), cache, slots.to(DEV), fmt, validate=True)
-    want = tq.encode_cpu(k, v, fmt)  # [n, h, slot]
+    want = tq.encode_cpu(k, v, fmt)  # [n, h, slot] (of float(k), float(v): exact for fp16 and bf16)
     flat = cache.view(nb * bs, h, -1).cpu()
     for t in range(n):
         if t == 5:
@@ -165,26 +166,37 @@ def test_store_and_decode_against_vllms_own_kernels(case):
     assert (out[0].float().cpu() - want).abs().max().item() < 1e-3 * want.abs().max().item()
 
 
+def row_error(out, ref, dtype):
+    """Per query row ||out - ref|| / ||ref|| (out, ref [..., d]); bf16 outputs: beyond each element's own rounding
+    (half a bf16 ulp, <= 2^-8 |out| (1 + 2^-8)), which is the output type's, not the kernel's."""
+    err = (out.double() - ref).abs()
+    if dtype == torch.bfloat16:
+        err = (err - out.double().abs() * 2.0 ** -8 * (1 + 2.0 ** -8)).clamp(min=0)
+    return (err.norm(dim=-1) / ref.norm(dim=-1)).max().item()
+
+
 @pytest.mark.parametrize("fmt", PRESETS + ["turbo3", "turbo4"])
 @pytest.mark.parametrize("q_len", [1, 4, 16, 130])
-def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len):
-    # q_len 4, 16: the fused multi-query kernel; 130: decode_dense (dequant + SDPA)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
+    # q_len 4, 16: the fused multi-query kernel; 130: decode_dense (dequant + SDPA); bf16: K, V, queries and outputs
     d, kvh, hq = 128, 2, 8
     seq_lens = {1: [301, 17, 64, 129], 4: [301, 17, 64, 4], 16: [301, 17, 64, 16],
                 130: [301, 140, 200, 130]}[q_len]  # ragged, pages shuffled
-    cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=3)
+    cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=3, dtype=dtype)
     g = gen(4)
-    q = torch.randn(len(seq_lens), q_len, hq, d, generator=g).half()
+    q = torch.randn(len(seq_lens), q_len, hq, d, generator=g).to(dtype)
     scale = d ** -0.5
     out = tq.decode(q.to(DEV) if q_len > 1 else q[:, 0].to(DEV), cache, table, lens, fmt, scale, validate=True)
+    assert out.dtype == dtype
     out = out.view(len(seq_lens), q_len, hq, d).float().cpu()
-    # The GPU suite's criterion (tests/gpu/decode_fixture.h): per query row ‖out − ref‖ / ‖ref‖ ≤ 1e-3.
-    # Measured on these inputs (H200): ≤ 2.5e-4 single-query, ≤ 3.5e-4 fused (G > 4 columns carry p·scale
-    # as fp16 alone); the largest element error of either is ≈ 1e-3 of outputs of magnitude ≈ 1.
+    # The GPU suite's criterion (tests/gpu/decode_fixture.h): per query row ||out - ref|| / ||ref|| <= 1e-3.
+    # Measured on these inputs (H200, fp16): <= 2.5e-4 single-query, <= 3.5e-4 fused (G > 4 columns carry
+    # p*scale as fp16 alone); the largest element error of either is ~1e-3 of outputs of magnitude ~1.
     worst = 0.0
     # decode_dense (q_len 130) attends over the dequantized cache, which is the CPU decode rounded to
     # fp16 (test_dequant_is_the_cpu_decode_rounded): its oracle is the float64 attention over those values
-    # (against the unrounded decode it is ≈ 1.1e-3 off, the rounding of K).
+    # (against the unrounded decode it is ~1.1e-3 off, the rounding of K).
     dense = tq.takes_dense(q_len, hq, kvh)
     assert dense == (q_len == 130)  # G 4: 520 columns dense, 64 fused
     for i, n in enumerate(seq_lens):
@@ -194,9 +206,8 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len):
         for j in range(q_len):
             visible = n - q_len + 1 + j  # causal within the chunk
             ref = reference_attention(q[i, j].float(), k[:visible], v[:visible], scale)
-            rel = ((out[i, j].double() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
             assert torch.isfinite(out[i, j]).all()
-            worst = max(worst, rel)
+            worst = max(worst, row_error(out[i, j], ref, dtype))
     assert worst <= 1e-3, worst
 
 
@@ -272,13 +283,15 @@ def test_fused_multi_query_equals_dense_path_and_single_queries(q_len):
         assert (fused[:, j].float() - one.float()).abs().max().item() < 2e-3
 
 
-def test_decode_under_cuda_graph_replay():
-    fmt, d, kvh, hq, q_len = "turboquant_k3v4_nc", 128, 2, 8, 2
-    cache, table, _, _ = paged_setup(fmt, d, [600, 600, 600], kvh, seed=7)
+@pytest.mark.parametrize("q_len, dtype", [(2, torch.float16), (2, torch.bfloat16), (1, torch.bfloat16)])
+def test_decode_under_cuda_graph_replay(q_len, dtype):
+    # (bf16 queries are converted to fp16 in the workspace first: that copy is captured too)
+    fmt, d, kvh, hq = "turboquant_k3v4_nc", 128, 2, 8
+    cache, table, _, _ = paged_setup(fmt, d, [600, 600, 600], kvh, seed=7, dtype=dtype)
     max_len, splits = 600, 4
-    ws = torch.empty(tq.decode_workspace_bytes(fmt, 3, q_len, hq, kvh, d, 16, max_len, splits), dtype=torch.uint8,
-                     device=DEV)
-    q = torch.zeros(3, q_len, hq, d, dtype=torch.half, device=DEV)
+    ws = torch.empty(tq.decode_workspace_bytes(fmt, 3, q_len, hq, kvh, d, 16, max_len, splits, dtype),
+                     dtype=torch.uint8, device=DEV)
+    q = torch.zeros(3, q_len, hq, d, dtype=dtype, device=DEV)
     lens = torch.full((3,), 600, dtype=torch.int32, device=DEV)
     out = torch.empty_like(q)
     stream = torch.cuda.Stream()
@@ -290,7 +303,7 @@ def test_decode_under_cuda_graph_replay():
     with torch.cuda.graph(graph):
         tq.decode_out(out, q, cache, table, lens, ws, fmt, d ** -0.5, max_len, splits)
     for seed, new_lens in [(8, [600, 333, 2]), (9, [17, 600, 450])]:
-        q.copy_(torch.randn(3, q_len, hq, d, generator=gen(seed)).half())
+        q.copy_(torch.randn(3, q_len, hq, d, generator=gen(seed)).to(dtype))
         lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
         graph.replay()
         torch.cuda.synchronize()
@@ -307,13 +320,15 @@ def test_decode_under_cuda_graph_replay():
     (dict(key_device="cpu"), "key must be a CUDA tensor"),
     (dict(slot_len=3), "slot_mapping must be a contiguous"),
     (dict(heads=3), "kv heads"),
+    (dict(value_dtype=torch.bfloat16), "value must be Half"),  # the key's type
+    (dict(key_dtype=torch.bfloat16), "value must be BFloat16"),
 ])
 def test_store_refuses_bad_arguments_by_name(bad, match):
     fmt, d, h = bad.get("fmt", "turboquant_4bit_nc"), bad.get("d", 128), 2
     good_slot = tq.slot_bytes("turboquant_4bit_nc", 128)
     cache = torch.zeros(2, 16, h, good_slot, dtype=bad.get("cache_dtype", torch.uint8), device=DEV)
     key = torch.zeros(5, bad.get("heads", h), d, dtype=bad.get("key_dtype", torch.half), device=bad.get("key_device", DEV))
-    value = torch.zeros(5, bad.get("heads", h), d, dtype=torch.half, device=DEV)
+    value = torch.zeros(5, bad.get("heads", h), d, dtype=bad.get("value_dtype", torch.half), device=DEV)
     slots = torch.arange(bad.get("slot_len", 5), dtype=bad.get("slot_dtype", torch.int64), device=DEV)
     with pytest.raises(RuntimeError, match=match):
         tq.store(key, value, cache, slots, fmt)
@@ -323,8 +338,16 @@ def test_decode_refuses_bad_arguments_by_name():
     fmt, d = "turboquant_4bit_nc", 128
     cache, table, lens, _ = paged_setup(fmt, d, [900], 2, seed=11)
     q = torch.zeros(1, 8, d, dtype=torch.half, device=DEV)
-    with pytest.raises(RuntimeError, match="query must be Half"):
+    with pytest.raises(RuntimeError, match="query must be Half or BFloat16"):
         tq.decode(q.float(), cache, table, lens, fmt, 0.1)
+    with pytest.raises(RuntimeError, match="out must be BFloat16"):  # the query's type
+        tq.decode_out(torch.empty_like(q), q.bfloat16(), cache, table, lens,
+                      torch.empty(1 << 20, dtype=torch.uint8, device=DEV), fmt, 0.1, 900, 0)
+    with pytest.raises(ValueError, match="exceed fp16's 65504"):  # bf16 queries become fp16 in the kernels
+        tq.decode(torch.full_like(q, 1e5, dtype=torch.bfloat16), cache, table, lens, fmt, 0.1, validate=True)
+    # a bf16 call needs the workspace for its fp16 queries too
+    assert tq.decode_workspace_bytes(fmt, 1, 1, 8, 2, d, 16, 900, 0, torch.bfloat16) > \
+        tq.decode_workspace_bytes(fmt, 1, 1, 8, 2, d, 16, 900, 0)
     with pytest.raises(RuntimeError, match="block_table must be Int"):
         tq.decode(q, cache, table.long(), lens, fmt, 0.1)
     with pytest.raises(RuntimeError, match="seq_lens must be a contiguous"):

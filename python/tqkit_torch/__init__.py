@@ -10,10 +10,13 @@ vLLM's cache tensor and argument conventions.
 
 Layouts (as vLLM's TurboQuant backend):
   kv_cache      uint8 [num_blocks, block_size, num_kv_heads, slot_bytes]
-  key, value    fp16  [num_tokens, num_kv_heads, head_dim]; slot_mapping int64 [num_tokens]
-  query, out    fp16  [num_seqs, num_heads, head_dim] or [num_seqs, q_len, num_heads, head_dim]
+  key, value    fp16 or bf16 [num_tokens, num_kv_heads, head_dim]; slot_mapping int64 [num_tokens]
+  query, out    fp16 or bf16 (out: the query's type) [num_seqs, num_heads, head_dim] or
+                [num_seqs, q_len, num_heads, head_dim]
   block_table   int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs], the new tokens included
-Query j of q_len attends to positions [0, seq_len - q_len + j].
+Query j of q_len attends to positions [0, seq_len - q_len + j]. bf16 queries are converted to fp16
+for the kernels (exact for every magnitude 2^-17 ... 65280; validate=True refuses larger ones), and
+the output is rounded to bf16 once.
 
 q_len 1 ... 128 runs the fused multi-query decode: one launch whose kernel reads each
 cache page once per 16 query columns (q_len x heads per kv head), causal within the
@@ -83,17 +86,24 @@ def validate_indices(kv_cache, slot_mapping=None, block_table=None, seq_lens=Non
 
 
 def store(key, value, kv_cache, slot_mapping, format: str, validate: bool = False):
-    """Quantizes key/value fp16 [num_tokens, num_kv_heads, head_dim] into their slots (in place)."""
+    """Quantizes key/value (fp16 or bf16 [num_tokens, num_kv_heads, head_dim]) into their slots (in place)."""
     if validate:
         validate_indices(kv_cache, slot_mapping=slot_mapping)
     _ops.store(key, value, kv_cache, slot_mapping, format)
 
 
 def decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, head_dim, block_size, max_seq_len,
-                           num_splits=0) -> int:
-    """Device bytes decode_out needs for these shapes (0 num_splits: automatic)."""
+                           num_splits=0, dtype=torch.float16) -> int:
+    """Device bytes decode_out needs for these shapes (0 num_splits: automatic) and query dtype."""
     return _ops.decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, head_dim, block_size,
-                                       max_seq_len, num_splits)
+                                       max_seq_len, num_splits, dtype == torch.bfloat16)
+
+
+def _validate_query(query):
+    """bf16 queries become fp16 in the kernels: their magnitudes must fit (one device synchronisation)."""
+    if query.dtype == torch.bfloat16 and query.numel() and float(query.abs().max()) > 65504:
+        raise ValueError(f"query: bf16 values up to {float(query.abs().max())} exceed fp16's 65504, the kernels' "
+                         "query type")
 
 
 def _qshape(query):
@@ -104,7 +114,7 @@ def _qshape(query):
 
 def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: str, scale: float, max_seq_len: int,
                num_splits: int = 0):
-    """Attention of query over the quantized cache into out (fp16, query's shape). No allocation."""
+    """Attention of query over the quantized cache into out (query's type and shape). No allocation."""
     _ops.decode(out, query, kv_cache, block_table, seq_lens, workspace, format, float(scale), int(max_seq_len),
                 int(num_splits))
 
@@ -117,6 +127,7 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
     if validate:
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
+        _validate_query(query)
     b, q_len, heads, d = _qshape(query)
     # (a sequence shorter than its chunk stays on the fused kernel, which masks its first queries; the
     # dense path reads seq_lens on the host anyway)
@@ -124,7 +135,8 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
             q_len > 128 or (seq_lens.numel() > 0 and int(seq_lens.min()) >= q_len)):
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
     ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
-                                            max_seq_len, num_splits), dtype=torch.uint8, device=query.device)
+                                            max_seq_len, num_splits, query.dtype), dtype=torch.uint8,
+                     device=query.device)
     out = torch.empty_like(query)
     decode_out(out, query, kv_cache, block_table, seq_lens, ws, format, scale, max_seq_len, num_splits)
     return out
@@ -174,7 +186,8 @@ def _causal_sdpa(q, k, v, scale):
 def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None):
     """The large-chunk path: every sequence's cache dequantized to fp16 (dequant), then torch SDPA with the
     causal mask aligned to the end (query j sees positions [0, seq_len - q_len + j]). query [num_seqs, q_len,
-    num_heads, head_dim] fp16; needs seq_len >= q_len. Reads seq_lens on the host (not for CUDA graphs)."""
+    num_heads, head_dim] fp16 or bf16 (bf16: converted to fp16 as the fused kernels do, the output rounded
+    back); needs seq_len >= q_len. Reads seq_lens on the host (not for CUDA graphs)."""
     if query.dim() != 4:
         raise ValueError(f"query: decode_dense needs [num_seqs, q_len, num_heads, head_dim], got {tuple(query.shape)}")
     b, q_len, heads, d = query.shape
@@ -183,6 +196,7 @@ def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: flo
         raise ValueError(f"seq_lens: decode_dense needs every sequence to hold its {q_len} queries (shortest {min(lens)})")
     k, v = dequant(kv_cache, block_table, seq_lens, format, d, max_seq_len=max_seq_len)
     out = torch.empty_like(query)
+    query = query.to(torch.float16)
     if all(n == lens[0] for n in lens):  # one batched SDPA
         n = lens[0]
         kk = k.view(b, n, -1, d).transpose(1, 2)
