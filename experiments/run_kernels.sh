@@ -8,7 +8,8 @@
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
 #        PROFILE_FORMATS (profile: formats whose decode Nsight Compute profiles; turboquant_4bit_nc),
-#        PROFILE_SHAPE (profile: tq-bench shape flags; default $SHAPE: B 32, 32/8, d 128),
+#        PROFILE_SHAPE (profile: tq-bench shape flags; default $SHAPE: B 32, 32/8, d 128), PROFILE_KERNEL
+#        (profile: kernel-name regex; decode_kernel),
 #        REAL_KV (realkv: tq-dump files for tq-bench --check-dump; default out/kv/*.h5, else
 #        tests/data/kv/*.h5), REAL_KV_POSITIONS (256),
 #        MODELS (models: tq-bench --model names; default every listed model whose head_dim the
@@ -183,7 +184,9 @@ if has profile; then
     fi
   }
   PROFILE_FORMATS=${PROFILE_FORMATS:-turboquant_4bit_nc}
-  for f in $PROFILE_FORMATS; do profile_one "$f" decode_kernel; done
+  # PROFILE_KERNEL: the kernel-name regex (decode_kernel_causal for the fused multi-query launches of a
+  # PROFILE_SHAPE with --q-len, which tq-bench times after the single-query decodes)
+  for f in $PROFILE_FORMATS; do profile_one "$f" "${PROFILE_KERNEL:-decode_kernel}"; done
   profile_one "${PROFILE_FORMATS%% *}" decode_f16_kernel  # tq-bench runs our FP16 decode beside every format
   grep -E "^====|DRAM Throughput|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Eligible Warps|Registers Per|instructions executed|^  (wait|mio|long_sb) " "$OUT/ncu.log" | head -80
 fi
