@@ -38,7 +38,7 @@ lib_sources = [
 ] + [os.path.join(ROOT, "lib", "src", "format", f) for f in ("registry.cpp", "attention.cpp")]
 kernel_sources = [os.path.join(ROOT, "kernels", "src", f) for f in ("kernel_format.cpp", "validate.cpp", "check.cpp",
                                                                     "device.cu", "store.cu", "dequant.cu", "decode.cu")]
-kernel_sources.append(os.path.join(ROOT, "kernels", "src", "decode_f16.cu"))
+kernel_sources += [os.path.join(ROOT, "kernels", "src", f) for f in ("decode_merge.cu", "decode_f16.cu")]
 
 
 def decode_units():
