@@ -494,12 +494,13 @@ constexpr bool dual_short_items(int max_seq_len, int num_splits) {
 }
 // 8 < G ≤ 16, one query: the two-tile kernels (8 warps, each computing both 8-column tiles from
 // one decode of the keys and values) where the longest sequence's work items stream more than
-// 256 tokens; shorter items take the dual-slice launch where the format has one (16-warp kernels),
-// whose two warps per kv head halve an item's latency. B 1, 128 / 8, 4K (64 tokens per item): two
-// tiles 9% slower for 4bit_nc, 3bit_nc and k3v4_nc; B 1 32K (512 tokens): 11% faster. k8v4 (8-warp
-// kernel, no dual-slice launch) keeps two tiles: 25% faster than two launches at B 1 4K.
+// 128 tokens; shorter items take the dual-slice launch where the format has one (16-warp kernels),
+// whose two warps per kv head halve an item's latency. planner_ab.py (4bit_nc, k3v4_nc, 3bit_nc;
+// 128/8 and 96/8): 64 tokens per item (B 1 4K) two tiles 3–9% slower, 128 (B 1 8K) within ±3%,
+// 256 (B 1 16K, B 4 8K, B 8 4K) 2–10% faster, 512 (B 1 32K) 11% faster. k8v4 (8-warp kernel, no
+// dual-slice launch) keeps two tiles: 25% faster than two launches at B 1 4K.
 constexpr bool two_tile_items(int max_seq_len, int num_splits) {
-  return int64_t(max_seq_len) > int64_t(256) * num_splits;
+  return int64_t(max_seq_len) > int64_t(128) * num_splits;
 }
 
 // Stage 1 for G > 8 query heads per kv head: fn(slice, true) once per slice of ≤ 8

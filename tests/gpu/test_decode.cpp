@@ -166,7 +166,7 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
   // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
   // stage-1 launches; at 8 < G ≤ 12 one launch only while a work item is ≤ 2048 tokens (with
   // these lengths, ≤ 2049, every auto split count; one split of 2049 is not). The two-tile kernels
-  // take single-query decodes whose work items are longer than 256 tokens (here one split; the
+  // take single-query decodes whose work items are longer than 128 tokens (here one split; the
   // auto split counts give shorter ones) or whose format has no dual-slice launch (k8v4), and every
   // such shape is also run with the tiles forced to 1 and 2 (DecodeParams::column_tiles): (96,8) G=12 (8 + 4;
   // with one split two launches, the second packed; two-tile formats: one launch), (128,8) G=16
@@ -196,11 +196,11 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
           const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
           // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp); the quantized decode at
           // 8 < G ≤ 16 with two N-tiles per warp (mse / fp8 keys with uniform values, 8 heads per CTA:
-          // 8 warps) where work items exceed 256 tokens, the tiles are forced to 2 or the CTA has no
+          // 8 warps) where work items exceed 128 tokens, the tiles are forced to 2 or the CTA has no
           // warps for a second slice (k8v4), else where the CTA has a second set of warps for the second
           // slice — at G ≤ 12 only with short work items (not one split of 2049 tokens)
           const bool tiles2 = two_tile_fmt && g > 8 && g <= 16 && plan.heads_per_cta == 8 &&
-                              (tiles == 2 || (tiles == 0 && (2049 > 256 * plan.num_splits || warps == 8)));
+                              (tiles == 2 || (tiles == 0 && (2049 > 128 * plan.num_splits || warps == 8)));
           const bool dual = f16 ? g > 8 && g <= 16
                                 : !tiles2 && g > 8 && g <= 16 && 2 * plan.heads_per_cta <= warps &&
                                       (g > 12 || h.splits != 1);
