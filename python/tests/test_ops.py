@@ -211,11 +211,11 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
     assert worst <= 1e-3, worst
 
 
-@pytest.mark.parametrize("seq_lens", [[301, 40, 64, 32], [301, 17, 64, 32]])
+@pytest.mark.parametrize("seq_lens", [[301, 60, 64, 48], [301, 17, 64, 48]])
 def test_decode_at_g8_takes_the_dense_path_only_where_every_sequence_holds_its_chunk(seq_lens):
-    # G 8, q_len 32: 256 columns per kv head, the dense path's side of takes_dense; a sequence of 17 tokens
-    # (shorter than the chunk: its first 15 queries see nothing) keeps the whole batch on the fused kernel
-    fmt, d, kvh, hq, q_len = "turboquant_4bit_nc", 128, 2, 16, 32
+    # G 8, q_len 48: the dense path's side of takes_dense; a sequence of 17 tokens
+    # (shorter than the chunk: its first 31 queries see nothing) keeps the whole batch on the fused kernel
+    fmt, d, kvh, hq, q_len = "turboquant_4bit_nc", 128, 2, 16, 48
     assert tq.takes_dense(q_len, hq, kvh)
     cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=11)
     q = torch.randn(len(seq_lens), q_len, hq, d, generator=gen(12)).half()

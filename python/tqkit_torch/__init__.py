@@ -21,9 +21,9 @@ the output is rounded to bf16 once.
 q_len 1 ... 128 runs the fused multi-query decode: one launch whose kernel reads each
 cache page once per 16 query columns (q_len x heads per kv head), causal within the
 chunk. decode_dense is the large-chunk path (dequant to fp16, then torch SDPA);
-decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len x heads
-per kv head >= DENSE_MIN_COLUMNS (measured crossover: see
-python/examples/bench_multi_query.py and experiments/results/kernels.md).
+decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len >=
+DENSE_MIN_Q_LEN (DENSE_MIN_Q_LEN_G1 below 4 query heads per kv head; measured
+crossover: see python/examples/bench_multi_query.py and experiments/results/kernels.md).
 
 Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,
 turbo2, turbo3, turbo4, turbo4-qjl (and mse/fp8 + u3/u4 specs); head_dim 64, 128, 256.
@@ -40,22 +40,28 @@ from . import _C  # noqa: F401  (registers torch.ops.tqkit)
 _ops = torch.ops.tqkit
 
 __all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
-           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "takes_dense", "DENSE_MIN_COLUMNS"]
+           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "takes_dense", "DENSE_MIN_Q_LEN",
+           "DENSE_MIN_Q_LEN_G1"]
 
-# decode() runs a chunk as dequant + SDPA (decode_dense) where its query columns per kv head
-# (q_len x num_heads / num_kv_heads) reach this count, else in the fused kernel (at most 128 queries).
-# The fused kernel reads and decodes the cache once per 16 columns, so its time grows with
-# ceil(columns / 16); the dense path dequantizes the cache once and its SDPA stays small next to that
-# up to q_len ~ 128, so both scale with the cache size and the crossover is a column count. Measured
-# on an H200 at 32/8/128 (G 4), 32K tokens, batch 32 (python/examples/bench_multi_query.py): fused
-# 5.6 ms vs dense 8.6 ms at q_len 32 (128 columns), 10.9 vs 8.4 ms at 64 (256 columns). 192 columns
-# is q_len 48 at G 4, 24 at G 8, 12 at G 16; G 1 never reaches it within 128 queries.
-DENSE_MIN_COLUMNS = 192
+# decode() runs a chunk of q_len queries as dequant + SDPA (decode_dense) from DENSE_MIN_Q_LEN queries
+# (DENSE_MIN_Q_LEN_G1 where a kv head has fewer than 4 query heads), else in the fused kernel (at most
+# 128 queries). The crossover is a chunk length rather than a column count: the fused kernel reads the
+# cache once per 16 query columns of a kv head (q_len x G), and torch SDPA's grouped-query attention reads
+# the dense cache once per query head (G per kv head), so both grow with G. Measured (B 32, 32K, d 128,
+# turboquant_4bit_nc; python/examples/bench_multi_query.py, experiments/results/kernels/multi_query_*.jsonl):
+# 32/8 (H200) fused faster at q_len 32 (5.6 vs 8.6 ms), dense at 64 (8.4 vs 10.9); 64/8 (H100) fused at 32
+# (9.6 vs 15.9), level at 48 (14.6 vs 15.9); 128/8 (H100) fused at 32 (20.1 vs 28.8), level at 48, dense at
+# 64 (29.9 vs 38.7); 16/16 (H100) fused up to 64 (7.0 vs 7.5), dense at 96 (8.1 vs 10.3).
+DENSE_MIN_Q_LEN = 48
+DENSE_MIN_Q_LEN_G1 = 72
 
 
 def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() runs a chunk of q_len queries as decode_dense (else the fused kernel)."""
-    return q_len > 128 or (q_len > 1 and q_len * (num_heads // max(1, num_kv_heads)) >= DENSE_MIN_COLUMNS)
+    if q_len > 128:
+        return True
+    group = num_heads // max(1, num_kv_heads)
+    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= 4 else DENSE_MIN_Q_LEN_G1)
 
 
 def slot_bytes(format: str, head_dim: int) -> int:
