@@ -45,6 +45,8 @@ BENCH_CTX=${BENCH_CTX:-4096 32768}
 BENCH_PAGES=${BENCH_PAGES:-shuffled}
 BENCH_LAYOUT=${BENCH_LAYOUT:-both}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
+# append_rows TMP FILE "'key': value, …": one JSON line {key: value, …, 'rows': TMP's tq-bench --json list} onto FILE
+append_rows() { python3 -c "import json,sys; print(json.dumps({$3, 'rows': json.load(open(sys.argv[1]))}))" "$1" >> "$2"; }
 BUILD=$ROOT/build-kernels
 JOBS=$(nproc 2>/dev/null || echo 8)
 export PATH=/usr/local/cuda/bin:$PATH
@@ -113,8 +115,7 @@ if has bench; then
   for ctx in $BENCH_CTX; do
     for pages in $BENCH_PAGES; do
       if timeout 120 "$BUILD/tq-bench" $FORMATS $SHAPE --ctx $ctx --pages $pages --layout $BENCH_LAYOUT --json > "$OUT/bench.tmp" 2>> "$OUT/errors.log"; then
-        python3 -c "import json,sys; print(json.dumps({'ctx': $ctx, 'pages': '$pages', 'rows': json.load(open(sys.argv[1]))}))" \
-          "$OUT/bench.tmp" >> "$OUT/bench.jsonl"
+        append_rows "$OUT/bench.tmp" "$OUT/bench.jsonl" "'ctx': $ctx, 'pages': '$pages'"
       else
         status=1; echo "tq-bench ctx $ctx $pages failed:"; tail -5 "$OUT/errors.log"
       fi
@@ -215,8 +216,7 @@ if has models; then
     for ctx in $MODEL_CTX; do
       if timeout 120 "$BUILD/tq-bench" --model "$m" $MF --batch "$MODEL_BATCH" --ctx "$ctx" --dequant none --json \
           > "$OUT/bench.tmp" 2>> "$OUT/errors.log"; then
-        python3 -c "import json,sys; print(json.dumps({'model': '$m', 'ctx': $ctx, 'rows': json.load(open(sys.argv[1]))}))" \
-          "$OUT/bench.tmp" >> "$OUT/models.jsonl"
+        append_rows "$OUT/bench.tmp" "$OUT/models.jsonl" "'model': '$m', 'ctx': $ctx"
         shapes+=(--shape "$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))[0]; print(f\"{j['batch']},{j['q_heads']},{j['kv_heads']},{j['head_dim']},{j['ctx']}\")" "$OUT/bench.tmp")")
       else
         status=1; echo "tq-bench --model $m --ctx $ctx failed:"; tail -3 "$OUT/errors.log"
@@ -266,8 +266,7 @@ if has bf16; then
         if timeout 120 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc \
             --format turboquant_3bit_nc --format turboquant_k8v4 --q-heads 32 --kv-heads 8 --head-dim 128 \
             --layout vllm --dequant none --dtype $dt $spec --json > "$OUT/bf16.tmp" 2>> "$OUT/errors.log"; then
-          python3 -c "import json,sys; print(json.dumps({'pass': $pass, 'dtype': '$dt', 'spec': '$spec', 'rows': json.load(open(sys.argv[1]))}))" \
-            "$OUT/bf16.tmp" >> "$OUT/bf16.jsonl"
+          append_rows "$OUT/bf16.tmp" "$OUT/bf16.jsonl" "'pass': $pass, 'dtype': '$dt', 'spec': '$spec'"
         else
           status=1; echo "tq-bench --dtype $dt $spec failed:"; tail -5 "$OUT/errors.log"
         fi

@@ -332,12 +332,12 @@ int plan_column_tiles(const KernelFormat& f, int heads_per_cta, int columns, boo
 
 namespace {
 
-// plan_decode without the staged bf16 queries of a single-query decode
-DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p_in, int sm_count) {
+// plan_decode's stage-1 layout (sq.p: the problem stage 1 runs; the staged buffers are sq.reserve's)
+DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const StagedQueries& sq, int sm_count) {
   if (sm_count <= 0) sm_count = decode_device_sms();
+  const DecodeParams& p_in = sq.in;
+  const DecodeParams& p = sq.p;
   const bool multi = p_in.q_len > 1;
-  const MqLayout ml(p_in, f.head_dim);
-  const DecodeParams p = virtual_params(p_in, f.head_dim, ml, nullptr);
   const int group = p.n_q_heads / cache.n_kv_heads, heads = decode_heads_per_cta(f, cache.n_kv_heads);
   const int kernel_warps = decode_cta_warps(f);  // a CTA of the format's one-tile kernels
   const bool planes = cache.layout == CacheLayout::planes, sliced = multi || sliced_launches(group);
@@ -380,7 +380,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Dec
     finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/group <= 4);
     return plan;
   };
-  if (multi) {  // launches of ColumnChunks; the column buffers ahead of the parts in the workspace
+  if (multi) {  // launches of ColumnChunks
     int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
     ColumnChunks ch(group, heads, kernel_warps, tiles);
     DecodePlan plan = plan_for(ch.dual, tiles);
@@ -395,8 +395,6 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Dec
       }
     }
     plan.query_passes = ch.n;
-    plan.q_len = p_in.q_len;
-    plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
     return plan;
   }
   const bool dual_fits = dual_slices_fit(group, heads, kernel_warps, planes);
@@ -416,10 +414,11 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Dec
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count) {
   const std::string why = decode_can_implement(f, cache, p);
   if (!why.empty()) throw_error(why.c_str());
-  DecodePlan plan = plan_stage1(f, cache, p, sm_count);
+  const StagedQueries sq(p, cache.n_kv_heads, f.head_dim, nullptr);
+  DecodePlan plan = plan_stage1(f, cache, sq, sm_count);
+  plan.q_len = p.q_len;
   plan.dtype = p.dtype;
-  if (p.q_len == 1 && stages_queries(p))  // the fp16 copy of bf16 queries ahead of the parts
-    plan.workspace_bytes = MqLayout(p, f.head_dim).bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+  sq.reserve(plan);
   return plan;
 }
 
@@ -435,16 +434,11 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   if (plan.dtype != p_in.dtype)
     throw_error((std::string("paged_decode: the plan is for ") + dtype16_name(plan.dtype) + " queries but the call has " +
                  dtype16_name(p_in.dtype) + " (use plan_decode)").c_str());
-  const bool multi = p_in.q_len > 1, staged = stages_queries(p_in);
-  uint8_t* mq = staged ? static_cast<uint8_t*>(workspace) : nullptr;
-  const MqLayout ml(p_in, f.head_dim);
-  const DecodeParams p = virtual_params(p_in, f.head_dim, ml, mq);
-  if (staged)
-    launch_mq_reorder(p_in.query, mq, 0, p_in, cache.n_kv_heads, f.head_dim, p_in.q_stride_batch, p_in.q_stride_token,
-                      p_in.q_stride_head, stream);
-  void* parts_ws = staged ? mq + ml.bytes() : workspace;
-  DecodeArgs a = make_decode_args(p, plan, staged && plan.parts == 1 ? nullptr : parts_ws, f.head_dim, cache.block_size,
-                                  cache.n_kv_heads);
+  const bool multi = p_in.q_len > 1;
+  const StagedQueries sq(p_in, cache.n_kv_heads, f.head_dim, workspace);
+  const DecodeParams& p = sq.p;
+  sq.gather(stream);
+  DecodeArgs a = make_decode_args(p, plan, sq.parts(workspace, plan), f.head_dim, cache.block_size, cache.n_kv_heads);
   DecodeTablesQjl t{};  // (the other kernels take its DecodeTables part)
   for (int i = 0; i < 16; ++i) t.centroids[i] = f.centroids[i];
   t.rot_scale = f.rot_scale;
@@ -509,9 +503,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     }
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, stream);
-  if (multi)
-    launch_mq_reorder(mq + ml.piece, p_in.out, 1, p_in, cache.n_kv_heads, f.head_dim,
-                      p_in.o_stride_batch, p_in.o_stride_token, p_in.o_stride_head, stream);
+  sq.scatter(stream);
 }
 
 }  // namespace tq::cuda

@@ -419,6 +419,39 @@ void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& 
 // fp16 queries there; else p itself.
 DecodeParams virtual_params(const DecodeParams& p, int head_dim, const MqLayout& l, uint8_t* mq);
 
+// One decode call's staged queries, for both paged decodes' planners and launchers: the buffers at the
+// workspace's start (MqLayout; none unless stages_queries), the problem stage 1 runs (p), the gather
+// before it and, for q_len > 1, the scatter of the outputs after the merge. workspace: null while planning.
+struct StagedQueries {
+  const DecodeParams& in;
+  int n_kv_heads, head_dim;
+  MqLayout ml;
+  bool staged;
+  uint8_t* mq;     // the staged buffers (the workspace's start), else null
+  DecodeParams p;  // virtual_params
+  StagedQueries(const DecodeParams& in_, int n_kv_heads_, int head_dim_, void* workspace)
+      : in(in_), n_kv_heads(n_kv_heads_), head_dim(head_dim_), ml(in_, head_dim_), staged(stages_queries(in_)),
+        mq(staged ? static_cast<uint8_t*>(workspace) : nullptr), p(virtual_params(in_, head_dim_, ml, mq)) {}
+  // plan.workspace_bytes (the split-KV part, 0 when parts == 1) with the staged buffers ahead of it
+  void reserve(DecodePlan& plan) const {
+    if (staged) plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
+  }
+  // the split-KV workspace for make_decode_args: after the staged buffers (none where a part is the output)
+  void* parts(void* workspace, const DecodePlan& plan) const {
+    return staged ? (plan.parts == 1 ? nullptr : mq + ml.bytes()) : workspace;
+  }
+  void gather(cudaStream_t stream) const {
+    if (staged)
+      launch_mq_reorder(in.query, mq, 0, in, n_kv_heads, head_dim, in.q_stride_batch, in.q_stride_token,
+                        in.q_stride_head, stream);
+  }
+  void scatter(cudaStream_t stream) const {
+    if (in.q_len > 1)
+      launch_mq_reorder(mq + ml.piece, in.out, 1, in, n_kv_heads, head_dim, in.o_stride_batch, in.o_stride_token,
+                        in.o_stride_head, stream);
+  }
+};
+
 // The split-KV workspace: partial outputs [rows, head_dim] fp32, their LSEs [rows], each
 // sequence's (first item, item count) [batch] (FP16 decode); rows = items · n_q_heads · wph;
 // 256-byte aligned pieces.

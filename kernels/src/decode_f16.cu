@@ -262,8 +262,8 @@ int f16_mq_columns(int head_dim) { return head_dim <= 128 ? 2 * kQueryCols : kQu
 DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, int sm_count) {
   const std::string why = decode_f16_can_implement(cache, p_in);
   if (!why.empty()) throw_error(why.c_str());
-  const MqLayout ml(p_in, cache.head_dim);
-  const DecodeParams p = virtual_params(p_in, cache.head_dim, ml, nullptr);  // q_len > 1: the virtual heads
+  const StagedQueries sq(p_in, cache.n_kv_heads, cache.head_dim, nullptr);
+  const DecodeParams& p = sq.p;  // q_len > 1: the virtual heads
   if (sm_count <= 0) sm_count = decode_device_sms();
   DecodePlan plan;
   dispatch_f16(cache.head_dim, [&](auto dc) {
@@ -279,12 +279,12 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in,
   const int cols = p.n_q_heads / cache.n_kv_heads;  // q_len > 1: q_len · G virtual heads per kv head
   plan.query_slices = p_in.q_len > 1 ? 1 : f16_tiles(cols, cache.head_dim);
   finish_plan(p, cache.head_dim, sm_count, 16, plan);
-  if (p_in.q_len > 1) {  // column launches; the column buffers ahead of the parts in the workspace
+  if (p_in.q_len > 1) {  // column launches
     const int per = f16_mq_columns(cache.head_dim);
     plan.query_passes = (cols + per - 1) / per;
-    plan.q_len = p_in.q_len;
-    plan.workspace_bytes = ml.bytes() + (plan.parts > 1 ? plan.workspace_bytes : 0);
   }
+  plan.q_len = p_in.q_len;
+  sq.reserve(plan);
   return plan;
 }
 
@@ -299,15 +299,10 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, cons
                  std::to_string(p_in.q_len) + " (use plan_decode_f16)").c_str());
   const int D = cache.head_dim;
   const bool multi = p_in.q_len > 1;
-  uint8_t* mq = multi ? static_cast<uint8_t*>(workspace) : nullptr;
-  const MqLayout ml(p_in, D);
-  const DecodeParams p = virtual_params(p_in, D, ml, mq);
-  if (multi)
-    launch_mq_reorder(p_in.query, mq, 0, p_in, cache.n_kv_heads, D, p_in.q_stride_batch, p_in.q_stride_token,
-                      p_in.q_stride_head, stream);
-  void* parts_ws = multi ? mq + ml.bytes() : workspace;
-  DecodeArgs a = make_decode_args(p, plan, multi && plan.parts == 1 ? nullptr : parts_ws, D, cache.block_size,
-                                  cache.n_kv_heads);
+  const StagedQueries sq(p_in, cache.n_kv_heads, D, workspace);
+  const DecodeParams& p = sq.p;
+  sq.gather(stream);
+  DecodeArgs a = make_decode_args(p, plan, sq.parts(workspace, plan), D, cache.block_size, cache.n_kv_heads);
   a.stage_bytes = plan.warps_per_head * 16 * plan.heads_per_cta * 4 * D;
   a.stages = plan.smem_bytes / a.stage_bytes;
   if (a.stages < 2 || a.stages > 4) throw_error("paged_decode_f16: plan does not match this cache (use plan_decode_f16)");
@@ -346,9 +341,7 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, cons
     });
   });
   if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, 0, 0, stream);  // (tile 0: stage 1 wrote seq_items)
-  if (multi)
-    launch_mq_reorder(mq + ml.piece, p_in.out, 1, p_in, cache.n_kv_heads, D, p_in.o_stride_batch, p_in.o_stride_token,
-                      p_in.o_stride_head, stream);
+  sq.scatter(stream);
 }
 
 }  // namespace tq::cuda

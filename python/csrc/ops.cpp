@@ -76,7 +76,7 @@ void check_cuda(const Tensor& t, const char* op, const char* arg, at::ScalarType
   TORCH_CHECK(t.scalar_type() == dtype, "tqkit.", op, ": ", arg, " must be ", dtype, " (got ", t.scalar_type(), ")");
 }
 
-// The 16-bit activation type of t (key, query): fp16 or bf16, else an error naming arg.
+// The 16-bit activation type of t (key, query, k_out): fp16 or bf16, else an error naming arg.
 tq::cuda::Dtype16 act_dtype(const Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "tqkit.", op, ": ", arg,
               " must be Half or BFloat16 (got ", t.scalar_type(), ")");
@@ -309,11 +309,9 @@ void dequant(Tensor& k_out, Tensor& v_out, const Tensor& kv_cache, const Tensor&
               ")");
   const Formats& f = formats_for(format, k_out.size(2), op);
   const tq::cuda::PagedCache c = cache_view(kv_cache, f, op);
-  const at::ScalarType dt = k_out.scalar_type();
-  TORCH_CHECK(dt == at::kHalf || dt == at::kBFloat16, "tqkit.dequant: k_out must be float16 or bfloat16 (got ", dt,
-              ")");
-  check_cuda(k_out, op, "k_out", dt, kv_cache);
-  check_cuda(v_out, op, "v_out", dt, kv_cache);
+  const tq::cuda::Dtype16 dtype = act_dtype(k_out, op, "k_out");
+  check_cuda(k_out, op, "k_out", k_out.scalar_type(), kv_cache);
+  check_cuda(v_out, op, "v_out", k_out.scalar_type(), kv_cache);  // k_out's type
   check_cuda(out_offsets, op, "out_offsets", at::kInt, kv_cache);
   TORCH_CHECK(k_out.is_contiguous() && v_out.is_contiguous() && v_out.sizes() == k_out.sizes(),
               "tqkit.dequant: k_out and v_out must be contiguous and of one shape (got ", k_out.sizes(), ", ",
@@ -333,7 +331,7 @@ void dequant(Tensor& k_out, Tensor& v_out, const Tensor& kv_cache, const Tensor&
   p.out_offsets = out_offsets.data_ptr<int32_t>();
   p.k_out = k_out.data_ptr();
   p.v_out = v_out.data_ptr();
-  p.dtype = dt == at::kHalf ? tq::cuda::DequantDtype::f16 : tq::cuda::DequantDtype::bf16;
+  p.dtype = dtype;
   p.max_seq_len = int(max_seq_len);
   guarded(op, [&] {
     const std::string why = tq::cuda::dequant_can_implement(f.gpu, p);

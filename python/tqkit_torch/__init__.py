@@ -107,9 +107,11 @@ def decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, hea
 
 def _validate_query(query):
     """bf16 queries become fp16 in the kernels: their magnitudes must fit (one device synchronisation)."""
-    if query.dtype == torch.bfloat16 and query.numel() and float(query.abs().max()) > 65504:
-        raise ValueError(f"query: bf16 values up to {float(query.abs().max())} exceed fp16's 65504, the kernels' "
-                         "query type")
+    if query.dtype != torch.bfloat16 or not query.numel():
+        return
+    top = float(query.abs().max())
+    if top > 65504:
+        raise ValueError(f"query: bf16 values up to {top} exceed fp16's 65504, the kernels' query type")
 
 
 def _qshape(query):

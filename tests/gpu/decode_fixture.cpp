@@ -18,15 +18,13 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
   const size_t rows = size_t(pg.total_tokens) * c.hkv;
   auto kh = random_rows(rng, rows, c.d, 0.0, 1.0, c.bf16);
   auto vh = random_rows(rng, rows, c.d, 0.3, 1.0, c.bf16);
-  auto to16 = [&](float v) { return c.bf16 ? tq::float_to_bf16(v) : tq::float_to_half(v); };
-  auto from16 = [&](uint16_t b) { return c.bf16 ? tq::bf16_to_float(b) : tq::half_to_float(b); };
   auto fill_row = [&](std::vector<uint16_t>& m, size_t row, float v) {
-    std::fill(m.begin() + std::ptrdiff_t(row * c.d), m.begin() + std::ptrdiff_t((row + 1) * c.d), to16(v));
+    std::fill(m.begin() + std::ptrdiff_t(row * c.d), m.begin() + std::ptrdiff_t((row + 1) * c.d), to_16(v, c.bf16));
   };
   if (c.spike_k > 0)
     for (size_t row = 0; row < rows; row += size_t(c.spike_k)) {
       fill_row(kh, row, 0.f);
-      kh[row * c.d + row % size_t(c.d)] = to16(3.f);
+      kh[row * c.d + row % size_t(c.d)] = to_16(3.f, c.bf16);
     }
   if (c.special_v > 0)
     for (size_t row = 0; row < rows; row += size_t(c.special_v)) {
@@ -41,7 +39,7 @@ Filled fill_cache(const DecodeCase& c, tq::Rng& rng) {
         const float f = float(1.0 + c.key_ramp * t / pg.lens[size_t(b)]);
         const size_t row0 = size_t(F.first[size_t(b)] + t) * c.hkv * c.d;
         for (size_t j = row0; j < row0 + size_t(c.hkv) * c.d; ++j)
-          kh[j] = to16(f * from16(kh[j]));
+          kh[j] = to_16(f * from_16(kh[j], c.bf16), c.bf16);
       }
   const size_t slots = size_t(pg.num_blocks) * pg.block_size * c.hkv;
   if (c.fmt == "f16") {
@@ -126,8 +124,7 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   DecodeRun R;
   const size_t n = size_t(F.pg.batch * batch_stride(c));
   const auto qh = random_rows(rng, (n + size_t(c.d) - 1) / size_t(c.d), c.d, 0.0, c.q_sigma, c.bf16);  // (padding: random too)
-  R.qf.resize(qh.size());
-  for (size_t i = 0; i < qh.size(); ++i) R.qf[i] = c.bf16 ? tq::bf16_to_float(qh[i]) : tq::half_to_float(qh[i]);
+  R.qf = halves_to_floats(qh, c.bf16);
   R.q = std::make_unique<DevMem>(qh.size() * 2);
   R.q->upload(qh);
   R.out = std::make_unique<DevMem>(qh.size() * 2);
@@ -205,7 +202,7 @@ double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, co
       double e = 0, n = 0;
       bool finite = true;
       for (int j = 0; j < c.d; ++j) {
-        const double o = c.bf16 ? tq::bf16_to_float(out[row + size_t(j)]) : tq::half_to_float(out[row + size_t(j)]);
+        const double o = from_16(out[row + size_t(j)], c.bf16);
         finite = finite && std::isfinite(o);
         // bf16: the output's own rounding (at most half an ulp, ≤ 2^-8 · |o| · (1 + 2^-8)) is not the kernel's error
         const double err = std::fabs(o - ref[size_t(j)]);

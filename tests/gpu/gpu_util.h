@@ -56,22 +56,25 @@ inline double fast_gauss(tq::Rng& rng) {
   return (s - 2.0) * 1.7320508075688772;
 }
 
+// A float as fp16 or (bf16) bf16 bits, rounded to nearest even; and such bits back to float (exact).
+inline uint16_t to_16(float x, bool bf16) { return bf16 ? tq::float_to_bf16(x) : tq::float_to_half(x); }
+inline float from_16(uint16_t b, bool bf16) { return bf16 ? tq::bf16_to_float(b) : tq::half_to_float(b); }
+
 // Rows of d fp16 (bf16: bf16) values: mean + sigma·N(0,1)·(per-row factor in [0.5, 2]).
 inline std::vector<uint16_t> random_rows(tq::Rng& rng, size_t rows, int d, double mean, double sigma, bool bf16 = false) {
   std::vector<uint16_t> h(rows * size_t(d));
   for (size_t r = 0; r < rows; ++r) {
     const double f = sigma * (0.5 + 1.5 * double(rng.next_u64() >> 11) * 0x1p-53);
     for (int j = 0; j < d; ++j) {
-      const float x = float(mean + f * fast_gauss(rng));
-      h[r * d + j] = bf16 ? tq::float_to_bf16(x) : tq::float_to_half(x);
+      h[r * d + j] = to_16(float(mean + f * fast_gauss(rng)), bf16);
     }
   }
   return h;
 }
 
-inline std::vector<float> halves_to_floats(const std::vector<uint16_t>& h) {
+inline std::vector<float> halves_to_floats(const std::vector<uint16_t>& h, bool bf16 = false) {
   std::vector<float> f(h.size());
-  for (size_t i = 0; i < h.size(); ++i) f[i] = tq::half_to_float(h[i]);
+  for (size_t i = 0; i < h.size(); ++i) f[i] = from_16(h[i], bf16);
   return f;
 }
 

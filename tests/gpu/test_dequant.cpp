@@ -63,7 +63,6 @@ void check_dequant_bitexact(const std::string& fmt, int d, int hkv, int bs, uint
     tq::cuda::dequant_paged(kf, params(dt, sh));
     device_sync();
     const auto kg = ko.download<uint16_t>(n + sh), vg = vo.download<uint16_t>(n + sh);
-    auto want = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
     // every element compared; the first mismatch (if any) is reported with its place (one assertion per
     // element with its message took ~1 µs each, most of this test's time)
     std::vector<uint8_t> written(rows, 0);
@@ -76,13 +75,13 @@ void check_dequant_bitexact(const std::string& fmt, int d, int hkv, int bs, uint
           for (int j = 0; j < d; ++j) {
             const size_t src = ((size_t(F.first[size_t(b)]) + t) * c.hkv + h) * d + j;
             const size_t dst = ((size_t(offs[size_t(b)]) + t) * c.hkv + h) * d + j;
-            const bool k_ok = kg[sh + dst] == want(F.k[src]), v_ok = vg[sh + dst] == want(F.v[src]);
+            const bool k_ok = kg[sh + dst] == to_16(F.k[src], bf), v_ok = vg[sh + dst] == to_16(F.v[src], bf);
             if (k_ok && v_ok) continue;
             if (!mismatches++) {
               char buf[128];
               std::snprintf(buf, sizeof buf, "sequence %d position %d head %d dim %d: %s 0x%04x, want 0x%04x", b, t,
                             h, j, k_ok ? "V" : "K", unsigned(k_ok ? vg[sh + dst] : kg[sh + dst]),
-                            unsigned(k_ok ? want(F.v[src]) : want(F.k[src])));
+                            unsigned(k_ok ? to_16(F.v[src], bf) : to_16(F.k[src], bf)));
               first = buf;
             }
           }

@@ -34,8 +34,6 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
   INFO("format " << name << " d=" << d << " block_size=" << block_size << " tokens=" << n_tokens << " hkv=" << hkv
                  << " " << tq::cuda::dtype16_name(dtype));
   const bool bf = dtype == tq::cuda::Dtype16::bf16;
-  auto to16 = [&](float x) { return bf ? tq::float_to_bf16(x) : tq::float_to_half(x); };
-  auto from16 = [&](uint16_t b) { return bf ? tq::bf16_to_float(b) : tq::half_to_float(b); };
   const tq::KvFormat f = tq::make_format(name, d);
   const tq::cuda::KernelFormat kf = tq::cuda::kernel_format(f);
   tq::Rng rng(seed);
@@ -62,8 +60,8 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
         // (j = 40 before −0 at 3d/4); the GPU spreads a row over lanes in another order
         if (t == 4 && h == 0) vv = j == 9 ? -0.f : j == 32 ? 0.f : std::fabs(vv) + 0.01f;
         if (t == 5 && h == 0) vv = j == 40 ? 0.f : j == 3 * d / 4 ? -0.f : -std::fabs(vv) - 0.01f;
-        kh[size_t(t * row + h * d + j)] = to16(kv);
-        vh[size_t(t * row + h * d + j)] = to16(vv);
+        kh[size_t(t * row + h * d + j)] = to_16(kv, bf);
+        vh[size_t(t * row + h * d + j)] = to_16(vv, bf);
       }
     }
   DevMem dk(kh.size() * 2), dv(vh.size() * 2), dmap(mapping.size() * 8);
@@ -88,8 +86,8 @@ void check_store(const std::string& name, int d, int block_size, int n_tokens, i
     if (mapping[size_t(t)] < 0) continue;
     for (int h = 0; h < hkv; ++h) {
       for (int j = 0; j < d; ++j) {
-        k[size_t(j)] = from16(kh[size_t(t * row + h * d + j)]);
-        v[size_t(j)] = from16(vh[size_t(t * row + h * d + j)]);
+        k[size_t(j)] = from_16(kh[size_t(t * row + h * d + j)], bf);
+        v[size_t(j)] = from_16(vh[size_t(t * row + h * d + j)], bf);
       }
       f.encode_slots(k.data(), v.data(), 1,
                      expect.data() + (size_t(mapping[size_t(t)]) * hkv + h) * f.slot_bytes());
