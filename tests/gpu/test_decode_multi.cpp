@@ -19,14 +19,19 @@ static void run_multi_query(const std::string& fmt, bool quick) {
   c.fmt = fmt;
   struct Shape {
     int hq, hkv, d;
+    bool wide = false;  // G 12 / 16: q_len 2 and 7 only, contexts ≤ 700 (the float64 reference's time)
   };
   // G 4 (32/8: 16-column launches for q_len 4, two N-tiles per warp where the format has them), G 1 (MHA),
-  // G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 (8 kv heads: the two-tile kernel) / 256
+  // G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 (8 kv heads: the two-tile kernel) / 256, G 12 (96/8: 24 or 84
+  // columns, a last launch of 8 or 4) and G 16 (Llama 3.1 405B's 128/8)
   const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}, {8, 2, 128}}
                                           : std::vector<Shape>{{32, 8, 128}, {8, 8, 128}, {64, 8, 128}, {12, 2, 128},
-                                                               {16, 4, 64}, {32, 8, 64}, {16, 2, 256}};
+                                                               {16, 4, 64}, {32, 8, 64}, {16, 2, 256},
+                                                               {96, 8, 128, true}, {128, 8, 128, true}};
   for (const auto& sh : shapes)
-    for (const int q_len : quick ? std::vector<int>{2, 5} : std::vector<int>{2, 4, 7, 16, 33}) {
+    for (const int q_len : quick     ? std::vector<int>{2, 5}
+                           : sh.wide ? std::vector<int>{2, 7}
+                                     : std::vector<int>{2, 4, 7, 16, 33}) {
       c.hq = sh.hq;
       c.hkv = sh.hkv;
       c.d = sh.d;
@@ -38,7 +43,7 @@ static void run_multi_query(const std::string& fmt, bool quick) {
       for (const int tiles : {0, 2}) {
         if (tiles == 2 && fmt == "f16") continue;  // (our FP16 decode has no tile choice)
         c.tiles = tiles;
-        c.lens = {3, q_len, 31 + q_len, 100, quick ? 700 : 2500};
+        c.lens = {3, q_len, 31 + q_len, 100, quick || sh.wide ? 700 : 2500};
         c.splits = 0;
         run_decode(c);
         c.splits = 3;
