@@ -311,6 +311,43 @@ def test_decode_under_cuda_graph_replay(q_len, dtype):
         assert torch.equal(out, eager)
 
 
+def test_ops_compile_into_one_graph_with_the_eager_bytes_and_outputs():
+    # torch.compile(fullgraph=True) traces store, decode_out and dequant_out through their fake kernels (no graph
+    # break); the compiled function writes the cache bytes, the attention and the dequantized K/V that eager
+    # calls write (the kernels are deterministic), for q_len 1 and 3
+    fmt, d, kvh, hq, block = "turboquant_4bit_nc", 128, 2, 8, 16
+    seq_lens = [40, 200, 17]
+    cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=21)
+    new_k = torch.randn(3, kvh, d, generator=gen(22)).half().to(DEV)
+    new_v = torch.randn(3, kvh, d, generator=gen(23)).half().to(DEV)
+    # the new tokens go to each sequence's last position, which the decode and the dequant then read
+    slots = torch.tensor([int(table[i, (n - 1) // block]) * block + (n - 1) % block for i, n in enumerate(seq_lens)],
+                         dtype=torch.int64, device=DEV)
+    offsets = (torch.cumsum(lens.long(), 0) - lens.long()).to(torch.int32)
+    rows, max_len = int(lens.sum()), table.shape[1] * block
+
+    def step(cache, q, out, ws, k_out, v_out):
+        tq.store(new_k, new_v, cache, slots, fmt)
+        tq.decode_out(out, q, cache, table, lens, ws, fmt, d ** -0.5, max_len, 2)
+        tq.dequant_out(k_out, v_out, cache, table, lens, offsets, fmt, max_len)
+
+    compiled = torch.compile(step, fullgraph=True)
+    for q_len in (1, 3):
+        q = torch.randn(3, q_len, hq, d, generator=gen(24 + q_len)).half().to(DEV)
+        ws_bytes = tq.decode_workspace_bytes(fmt, 3, q_len, hq, kvh, d, block, max_len, 2)
+        results = []
+        for fn in (step, compiled):
+            c = cache.clone()
+            out = torch.empty_like(q)
+            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=DEV)
+            k_out = torch.empty(rows, kvh, d, dtype=torch.half, device=DEV)
+            v_out = torch.empty_like(k_out)
+            fn(c, q, out, ws, k_out, v_out)
+            results.append((c, out, k_out, v_out))
+        for eager, comp in zip(*results):
+            assert torch.equal(eager, comp)
+
+
 @pytest.mark.parametrize("bad, match", [
     (dict(key_dtype=torch.float32), "key must be Half"),
     (dict(cache_dtype=torch.int8), "kv_cache must be uint8"),

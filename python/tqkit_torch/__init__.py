@@ -31,6 +31,11 @@ turbo2, turbo3, turbo4, turbo4-qjl (and mse/fp8 + u3/u4 specs); head_dim 64, 128
 CUDA graphs: decode_out / dequant_out and store allocate nothing; size the
 workspace once with decode_workspace_bytes and a fixed num_splits (> 0), then
 capture. The wrappers decode / dequant allocate their outputs (not for capture).
+
+torch.compile / torch.export: store, decode and dequant have fake kernels (they write into the
+tensors passed and return nothing), so store, decode_out and dequant_out trace without a graph
+break. The allocating forms read lengths on the host (dequant always, decode where takes_dense
+holds), which breaks a compiled graph there.
 """
 
 import torch
@@ -38,6 +43,21 @@ import torch
 from . import _C  # noqa: F401  (registers torch.ops.tqkit)
 
 _ops = torch.ops.tqkit
+
+
+def _register_fake_kernels():
+    """Fake kernels for torch.compile / torch.export, which trace the ops with FakeTensors: store, decode and
+    dequant write into tensors the caller passes (their schemas mark them mutated) and return nothing, so a
+    trace needs no shapes from them. The argument checks stay in the CUDA kernels' wrappers and run when the
+    compiled graph runs."""
+    register = getattr(torch.library, "register_fake", None)  # torch >= 2.4
+    if register is None:
+        return
+    for name in ("store", "decode", "dequant"):
+        register(f"tqkit::{name}", lambda *args, **kwargs: None)
+
+
+_register_fake_kernels()
 
 __all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
            "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "takes_dense", "DENSE_MIN_Q_LEN",
