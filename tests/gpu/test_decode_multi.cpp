@@ -23,7 +23,7 @@ static void run_multi_query(const std::string& fmt, bool quick) {
   };
   // G 4 (32/8: 16-column launches for q_len 4, two N-tiles per warp where the format has them), G 1 (MHA),
   // G 8, 2 kv heads (Qwen 2.5 1.5B), d 64 (8 kv heads: the two-tile kernel) / 256, G 12 (96/8: 24 or 84
-  // columns, a last launch of 8 or 4) and G 16 (Llama 3.1 405B's 128/8)
+  // columns, in launches of ≤ 16) and G 16 (Llama 3.1 405B's 128/8)
   const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}, {8, 2, 128}}
                                           : std::vector<Shape>{{32, 8, 128}, {8, 8, 128}, {64, 8, 128}, {12, 2, 128},
                                                                {16, 4, 64}, {32, 8, 64}, {16, 2, 256},
