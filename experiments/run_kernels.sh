@@ -87,6 +87,17 @@ if has test; then
   rc=$?
   echo "gpu tests: exit $rc in $(( $(date +%s) - t0 )) s: $(grep -E '^(All tests passed|test cases:)' "$OUT/tests.log" | tail -1)"
   [ $rc -eq 0 ] || { status=1; grep -B5 -A25 -m3 "FAILED" "$OUT/tests.log" | head -120; }
+  # the CMake package: installed into a scratch prefix, tests/cmake_consumer built against it and run (its GPU part:
+  # store_kv + plan_decode + paged_decode against float64 attention)
+  PKG=/tmp/tq_pkg
+  rm -rf "$PKG" && mkdir -p "$PKG"
+  PREFIX_PATH="$PKG/prefix"; [ -d "$ROOT/.deps/usr" ] && PREFIX_PATH="$PREFIX_PATH;$ROOT/.deps/usr"
+  if { cmake --install "$BUILD" --prefix "$PKG/prefix" && cmake -S "$ROOT/tests/cmake_consumer" -B "$PKG/build" -G Ninja \
+         -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$PREFIX_PATH" && cmake --build "$PKG/build"; } > "$PKG/log" 2>&1; then
+    "$PKG/build/consumer" 2>&1 | tee -a "$OUT/tests.log" || { status=1; echo "tests/cmake_consumer failed"; }
+  else
+    status=1; echo "tests/cmake_consumer did not build:"; tail -20 "$PKG/log"
+  fi
 fi
 
 if has sanitize; then
