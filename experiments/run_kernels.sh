@@ -18,7 +18,7 @@
 #        --groups; "tiles,mq,deal"), PLANNER_TIMEOUT (planner: seconds; 400)
 #
 # Logs go to $OUT (or build-kernels/out), ≤ 8 files: build.log (with the ptxas -v
-# report), tests.log (GPU tests, then compute-sanitizer), bench.jsonl (one line
+# report), tests.log (GPU tests, the CMake package's tests/cmake_consumer, then compute-sanitizer), bench.jsonl (one line
 # per tq-bench run: {ctx, pages, rows}), bench_text.txt, sdpa.jsonl, ncu.log, errors.log
 # (stderr of the benchmarks), check_dump.txt (realkv), models.jsonl + models_sdpa.jsonl (models:
 # decode of known models' shapes against our FP16 and SDPA), torch.log + op_overhead.jsonl (torch: the
