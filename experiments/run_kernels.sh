@@ -48,6 +48,7 @@ has() { [[ ",$STEPS," == *",$1,"* ]]; }
 # append_rows TMP FILE "'key': value, …": one JSON line {key: value, …, 'rows': TMP's tq-bench --json list} onto FILE
 append_rows() { python3 -c "import json,sys; print(json.dumps({$3, 'rows': json.load(open(sys.argv[1]))}))" "$1" >> "$2"; }
 BUILD=$ROOT/build-kernels
+DEPS=""; [ -d "$ROOT/.deps/usr" ] && DEPS=$ROOT/.deps/usr  # headers and CMake configs the machine lacks (see above)
 JOBS=$(nproc 2>/dev/null || echo 8)
 export PATH=/usr/local/cuda/bin:$PATH
 SHAPE="--batch 32 --q-heads 32 --kv-heads 8 --head-dim 128 --block-size 16"
@@ -72,7 +73,7 @@ fi
 
 if has build; then
   PREFIX=""
-  [ -d "$ROOT/.deps/usr" ] && PREFIX="-DCMAKE_PREFIX_PATH=$ROOT/.deps/usr"
+  [ -n "$DEPS" ] && PREFIX="-DCMAKE_PREFIX_PATH=$DEPS"
   t0=$(date +%s)
   { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DTQ_CORE_ONLY=ON -DTQ_BENCHMARKS=OFF "-DCMAKE_CUDA_FLAGS=-Xptxas=-v" $PREFIX &&
@@ -91,7 +92,7 @@ if has test; then
   # store_kv + plan_decode + paged_decode against float64 attention)
   PKG=/tmp/tq_pkg
   rm -rf "$PKG" && mkdir -p "$PKG"
-  PREFIX_PATH="$PKG/prefix"; [ -d "$ROOT/.deps/usr" ] && PREFIX_PATH="$PREFIX_PATH;$ROOT/.deps/usr"
+  PREFIX_PATH="$PKG/prefix${DEPS:+;$DEPS}"
   if { cmake --install "$BUILD" --prefix "$PKG/prefix" && cmake -S "$ROOT/tests/cmake_consumer" -B "$PKG/build" -G Ninja \
          -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$PREFIX_PATH" && cmake --build "$PKG/build"; } > "$PKG/log" 2>&1; then
     "$PKG/build/consumer" 2>&1 | tee -a "$OUT/tests.log" || { status=1; echo "tests/cmake_consumer failed"; }

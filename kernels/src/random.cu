@@ -1,7 +1,5 @@
 // Device-side random fp16 / bf16 fill for benchmarks (hash of the index: no state).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+#include "common.cuh"
 #include "tq/cuda/bench.h"
 #include "tq/cuda/check.h"
 
@@ -22,8 +20,7 @@ __global__ void fill_kernel(uint16_t* dst, size_t n, uint64_t seed, float mean, 
     // Irwin–Hall of 4 uniform 16-bit draws, rescaled to unit variance
     const float s = float(h & 0xffff) + float((h >> 16) & 0xffff) + float((h >> 32) & 0xffff) + float(h >> 48);
     const float g = (s * (1.f / 65536.f) - 2.f) * 1.7320508f;
-    const float x = mean + sigma * g;
-    dst[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    dst[i] = dev::act_from_float(mean + sigma * g, bf16 != 0);
   }
 }
 
