@@ -7,6 +7,7 @@
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
+#        TEST_FILTER (test: a Catch2 test spec, e.g. "[multi]"; default the whole suite),
 #        PROFILE_FORMATS (profile: formats whose decode Nsight Compute profiles; turboquant_4bit_nc),
 #        PROFILE_SHAPE (profile: tq-bench shape flags; default $SHAPE: B 32, 32/8, d 128), PROFILE_KERNEL
 #        (profile: kernel-name regex; decode_kernel),
@@ -84,7 +85,7 @@ fi
 
 if has test; then
   t0=$(date +%s)
-  timeout 450 "$BUILD/tests/gpu/tq_gpu_tests" --durations yes > "$OUT/tests.log" 2>&1
+  timeout 450 "$BUILD/tests/gpu/tq_gpu_tests" --durations yes ${TEST_FILTER:+"$TEST_FILTER"} > "$OUT/tests.log" 2>&1
   rc=$?
   echo "gpu tests: exit $rc in $(( $(date +%s) - t0 )) s: $(grep -E '^(All tests passed|test cases:)' "$OUT/tests.log" | tail -1)"
   [ $rc -eq 0 ] || { status=1; grep -B5 -A25 -m3 "FAILED" "$OUT/tests.log" | head -120; }
