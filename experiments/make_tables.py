@@ -146,17 +146,26 @@ def multi_query():
 
 def op_overhead():
     """The torch op's line of the headline: what a decode_out call costs over its kernels (the same call
-    eager against replayed from a CUDA graph) and its host time; empty until the result file exists."""
+    eager against replayed from a CUDA graph) and its host time, one sentence per machine measured;
+    empty until the result file exists."""
     if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
         return ""
-    rows = kernels_jsonl("op_overhead.jsonl")
-    shapes = "; ".join(f"B {r['batch']} at {r['ctx']} tokens {r['eager_us']:.1f} µs eager, {r['graph_us']:.1f} µs "
-                       f"replayed ({r['adds_us']:+.1f} µs)" for r in rows)
-    host = ", ".join(f"{r['host_op_us']:.1f}" for r in rows)
-    r0 = rows[0]
+    by_device = {}  # device -> its rows, in the file's order
+    for r in kernels_jsonl("op_overhead.jsonl"):
+        by_device.setdefault(r["device"], []).append(r)
+    sentences = []
+    for device, rows in by_device.items():
+        shapes = "; ".join(f"B {r['batch']} at {r['ctx']} tokens {r['eager_us']:.1f} µs eager, {r['graph_us']:.1f} µs "
+                           f"replayed ({r['adds_us']:+.1f} µs)" for r in rows)
+        host = ", ".join(f"{r['host_op_us']:.1f}" for r in rows)
+        replay = ", ".join(f"{r['host_replay_us']:.1f}" for r in rows)
+        sentences.append(f"{device}, torch {rows[0]['torch']}: GPU time per call {shapes}; host time per eager call "
+                         f"{host} µs (per graph replay {replay} µs)")
+    r0 = next(iter(by_device.values()))[0]
     return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {r0['heads']}/{r0['kv_heads']} heads, d "
-            f"{r0['head_dim']}; {r0['device']}, torch {r0['torch']}): GPU time per call {shapes}; host time per "
-            f"eager call {host} µs ([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl)).\n")
+            f"{r0['head_dim']}). " + ". ".join(sentences) + ". Where the host takes longer per call than the GPU "
+            "(B 1 at 512 tokens), eager calls wait on the host; replayed from a graph the op adds nothing "
+            "([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl)).\n")
 
 
 def kernels_current():
