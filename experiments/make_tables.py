@@ -161,11 +161,17 @@ def op_overhead():
         replay = ", ".join(f"{r['host_replay_us']:.1f}" for r in rows)
         sentences.append(f"{device}, torch {rows[0]['torch']}: GPU time per call {shapes}; host time per eager call "
                          f"{host} µs (per graph replay {replay} µs)")
+    # shapes whose eager call takes the host longer than the replayed decode takes the GPU (on some machine)
+    host_bound = []
+    for r in (r for rows in by_device.values() for r in rows if r["host_op_us"] > r["graph_us"]):
+        if (label := f"B {r['batch']} at {r['ctx']} tokens") not in host_bound:
+            host_bound.append(label)
+    bound = (f" For {', '.join(host_bound)} the host takes longer per eager call than the GPU per decode, so eager "
+             "calls wait on the host there; replayed from a graph the op adds nothing." if host_bound else "")
     r0 = next(iter(by_device.values()))[0]
     return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {r0['heads']}/{r0['kv_heads']} heads, d "
-            f"{r0['head_dim']}). " + ". ".join(sentences) + ". Where the host takes longer per call than the GPU "
-            "(B 1 at 512 tokens), eager calls wait on the host; replayed from a graph the op adds nothing "
-            "([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl)).\n")
+            f"{r0['head_dim']}). " + ". ".join(sentences) + "." + bound +
+            " ([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl))\n")
 
 
 def kernels_current():
