@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes the overlay experiments/ab/NAME/ that experiments/ab_kernels.sh builds as variant NAME: the
-# files under kernels/, apps/ and tests/gpu/ that differ between REF and the working tree, as they
+# Makes the overlay experiments/ab/NAME/ that experiments/ab_kernels.sh (and ab_torch_op.sh) builds as variant
+# NAME: the files under kernels/, apps/, tests/gpu/ and python/ that differ between REF and the working tree, as they
 # are at REF (files the working tree added are left out: the overlay is copied over the tree).
 # With --tree, NAME is REF's whole source tree instead (CMakeLists.txt, apps, lib, kernels, tests,
 # data, the experiments scripts; marked by a file .ab_tree), built alone rather than over the
@@ -33,5 +33,5 @@ while IFS= read -r f; do
   mkdir -p "$dir/$(dirname "$f")"
   git show "$ref:$f" > "$dir/$f"
   n=$((n + 1))
-done < <(git diff --name-only "$ref" -- kernels apps tests/gpu)
+done < <(git diff --name-only "$ref" -- kernels apps tests/gpu python)
 echo "ab_overlay.sh: $n file(s) of $ref in $dir"
