@@ -25,19 +25,14 @@ OUT=${OUT:-$ROOT/build-kernels/out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 cd "$ROOT"
+. "$ROOT/experiments/ab_variant.sh"
 VARS=""
 for d in experiments/ab/*/; do
   [ -d "$d" ] || continue
   v=$(basename "$d")
   VARS="$VARS $v"
   [ "${1:-}" = time ] && continue
-  rm -rf "/tmp/src_$v" && mkdir -p "/tmp/src_$v"
-  if [ -f "$d/.ab_tree" ]; then  # a whole tree (ab_overlay.sh --tree): built alone, with the headers in .deps
-    cp -r "$d/." "/tmp/src_$v/" && { [ ! -d "$ROOT/.deps" ] || cp -r "$ROOT/.deps" "/tmp/src_$v/"; }
-  else
-    cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
-  fi
-  rm -rf "/tmp/src_$v/build-kernels" "/tmp/src_$v/experiments/ab"
+  ab_variant_tree "$ROOT" "$d" "/tmp/src_$v"  # (a whole tree, ab_overlay.sh --tree, is built alone)
   # the variant's build log stays on the machine (/tmp/ab_out_<NAME>; its tail reaches build_<NAME>.txt on a
   # failure): the device tool returns at most 8 files from $OUT
   (cd "/tmp/src_$v" && OUT="/tmp/ab_out_$v" bash experiments/run_kernels.sh build > "$OUT/build_$v.txt" 2>&1) &

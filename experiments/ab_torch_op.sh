@@ -19,14 +19,14 @@ mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 JOBS=$(nproc 2>/dev/null || echo 8)
 cd "$ROOT"
+. "$ROOT/experiments/ab_variant.sh"
 declare -A SRC=([C]="$ROOT")
 for d in experiments/ab/*/; do
   [ -d "$d" ] || continue
   v=$(basename "$d")
+  [ -f "$d/.ab_tree" ] && { echo "ab_torch_op.sh: $d is a whole tree (ab_overlay.sh --tree), which has no python/" >&2; exit 2; }
   SRC[$v]=/tmp/src_$v
-  rm -rf "/tmp/src_$v" && mkdir -p "/tmp/src_$v"
-  cp -r "$ROOT/." "/tmp/src_$v/" && cp -r "$d/." "/tmp/src_$v/"
-  rm -rf "/tmp/src_$v/experiments/ab" "/tmp/src_$v/build-kernels" "/tmp/src_$v/python/build" /tmp/src_$v/python/tqkit_torch/_C*.so
+  ab_variant_tree "$ROOT" "$d" "/tmp/src_$v" || exit 1
 done
 VARS=$(printf '%s\n' "${!SRC[@]}" | sort)
 n=$(echo "$VARS" | wc -w)
