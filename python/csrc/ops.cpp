@@ -257,12 +257,14 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   TORCH_CHECK(b.batch == s.batch, "tqkit.decode: query has ", s.batch, " sequences, block_table ", b.batch);
   TORCH_CHECK(int64_t(b.stride) * c.block_size >= max_seq_len, "tqkit.decode: block_table holds ", b.stride,
               " blocks of ", c.block_size, " per sequence, fewer than max_seq_len ", max_seq_len, " tokens");
+  // (the cache's device current before the workspace is sized: the launch below plans for that device, whose
+  // SM count sets the plan's workspace)
+  const c10::cuda::CUDAGuard guard(kv_cache.device());
   const int64_t need = decode_workspace_bytes(format, s.batch, s.q_len, s.heads, c.n_kv_heads, s.head_dim,
                                               c.block_size, max_seq_len, num_splits, dtype == tq::cuda::Dtype16::bf16);
   TORCH_CHECK(workspace.numel() >= need, "tqkit.decode: workspace has ", workspace.numel(), " bytes, this call needs ",
               need, " (tqkit_torch.decode_workspace_bytes)");
   if (s.batch == 0) return;
-  const c10::cuda::CUDAGuard guard(kv_cache.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int qd = query.dim();
   tq::cuda::DecodeParams p = decode_params(s, b, scale, max_seq_len, num_splits, dtype);
