@@ -17,6 +17,7 @@
 #include "tq/error.h"
 #include "tq/float_formats.h"
 #include "tq/format.h"
+#include "tq/rng.h"
 #ifdef TQ_CONSUMER_CUDA
 #include <cuda_runtime.h>
 
@@ -26,16 +27,6 @@
 #endif
 
 namespace {
-
-// Deterministic standard normal numbers (a 64-bit LCG, Box-Muller).
-struct Gauss {
-  uint64_t state = 12345;
-  double uniform() {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double(state >> 11) + 0.5) / 9007199254740992.0;
-  }
-  float operator()() { return float(std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform())); }
-};
 
 #ifdef TQ_CONSUMER_CUDA
 // Device buffer of n elements of T, copied from `host` where given.
@@ -56,11 +47,11 @@ struct DeviceBuf {
 double gpu_store_and_decode(const tq::KvFormat& f, const tq::cuda::KernelFormat& kf, int d) {
   namespace tc = tq::cuda;
   const int n = 40, kv_heads = 2, q_heads = 8, block = 16, blocks = (n + block - 1) / block;
-  Gauss g;
+  tq::Rng rng(2);  // (the package's deterministic generator, tq/rng.h)
   std::vector<uint16_t> k(size_t(n) * kv_heads * d), v(k.size()), q(size_t(q_heads) * d);
-  for (auto& x : k) x = tq::float_to_half(g());
-  for (auto& x : v) x = tq::float_to_half(g());
-  for (auto& x : q) x = tq::float_to_half(g());
+  for (auto& x : k) x = tq::float_to_half(float(rng.gaussian()));
+  for (auto& x : v) x = tq::float_to_half(float(rng.gaussian()));
+  for (auto& x : q) x = tq::float_to_half(float(rng.gaussian()));
   std::vector<int64_t> slot_mapping(n);
   for (int t = 0; t < n; ++t) slot_mapping[t] = t;  // token t at block t / 16, position t % 16
   const std::vector<int32_t> table = {0, 1, 2}, lens = {n};
@@ -125,10 +116,10 @@ int main() try {
   const int d = 128, n = 4;
   const tq::KvFormat f = tq::make_format("turboquant_4bit_nc", d);
   std::vector<float> k(n * d), v(n * d), k2(n * d), v2(n * d);
-  Gauss g;
+  tq::Rng rng(1);
   for (int i = 0; i < n * d; ++i) {
-    k[i] = g();
-    v[i] = g();
+    k[i] = float(rng.gaussian());
+    v[i] = float(rng.gaussian());
   }
   std::vector<uint8_t> slots(n * f.slot_bytes());
   f.encode_slots(k.data(), v.data(), n, slots.data());
