@@ -202,13 +202,22 @@ tq::cuda::DecodeParams decode_params(const DecodeShape& s, const tq::cuda::Block
   return p;
 }
 
+// The workspace a decode call of num_seqs sequences and q_len queries needs with `plan`: the plan's part, aligned
+// to kLensAlign, then (chunks longer than the fused kernel takes) the per-launch seq_lens.
+int64_t workspace_need(const tq::cuda::DecodePlan& plan, int64_t num_seqs, int64_t q_len) {
+  const int64_t bytes = (int64_t(plan.workspace_bytes) + kLensAlign - 1) / kLensAlign * kLensAlign;
+  return q_len > 1 && !fused_multi_query(q_len) ? bytes + num_seqs * int64_t(sizeof(int32_t)) : bytes;
+}
+
+constexpr const char* kCountsMsg = "num_seqs, q_len, num_heads, num_kv_heads, max_seq_len must be >= 1";
+
 int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int64_t q_len, int64_t num_heads,
                                int64_t num_kv_heads, int64_t head_dim, int64_t block_size, int64_t max_seq_len,
                                int64_t num_splits, bool bf16) {
   const char* op = "decode_workspace_bytes";
   const Formats& f = formats_for(format, head_dim, op);
   TORCH_CHECK(num_seqs >= 1 && q_len >= 1 && num_heads >= 1 && num_kv_heads >= 1 && max_seq_len >= 1,
-              "tqkit.decode_workspace_bytes: num_seqs, q_len, num_heads, num_kv_heads, max_seq_len must be >= 1");
+              "tqkit.decode_workspace_bytes: ", kCountsMsg);
   tq::cuda::PagedCache c;
   c.data = reinterpret_cast<uint8_t*>(256);  // shapes only: the planner never reads it
   c.num_blocks = 1;
@@ -226,14 +235,13 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
   p.q_stride_head = p.o_stride_head = head_dim;
   p.q_stride_batch = p.o_stride_batch = q_len * num_heads * head_dim;
   p.q_stride_token = p.o_stride_token = p.q_len > 1 ? num_heads * head_dim : 0;
-  int64_t bytes = 0;
+  tq::cuda::DecodePlan plan;
   guarded(op, [&] {
     const std::string why = tq::cuda::decode_can_implement(f.gpu, c, p);
     TORCH_CHECK(why.empty(), "tqkit.decode: ", why);
-    bytes = int64_t(tq::cuda::plan_decode(f.gpu, c, p).workspace_bytes);
+    plan = tq::cuda::plan_decode(f.gpu, c, p);
   });
-  bytes = (bytes + kLensAlign - 1) / kLensAlign * kLensAlign;
-  return q_len > 1 && !fused_multi_query(q_len) ? bytes + num_seqs * int64_t(sizeof(int32_t)) : bytes;
+  return workspace_need(plan, num_seqs, q_len);
 }
 
 void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tensor& block_table,
@@ -257,14 +265,9 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   TORCH_CHECK(b.batch == s.batch, "tqkit.decode: query has ", s.batch, " sequences, block_table ", b.batch);
   TORCH_CHECK(int64_t(b.stride) * c.block_size >= max_seq_len, "tqkit.decode: block_table holds ", b.stride,
               " blocks of ", c.block_size, " per sequence, fewer than max_seq_len ", max_seq_len, " tokens");
-  // (the cache's device current before the workspace is sized: the launch below plans for that device, whose
-  // SM count sets the plan's workspace)
+  TORCH_CHECK(s.batch >= 1 && s.q_len >= 1 && s.heads >= 1 && c.n_kv_heads >= 1 && max_seq_len >= 1,
+              "tqkit.decode_workspace_bytes: ", kCountsMsg);  // (decode_workspace_bytes' check, as before)
   const c10::cuda::CUDAGuard guard(kv_cache.device());
-  const int64_t need = decode_workspace_bytes(format, s.batch, s.q_len, s.heads, c.n_kv_heads, s.head_dim,
-                                              c.block_size, max_seq_len, num_splits, dtype == tq::cuda::Dtype16::bf16);
-  TORCH_CHECK(workspace.numel() >= need, "tqkit.decode: workspace has ", workspace.numel(), " bytes, this call needs ",
-              need, " (tqkit_torch.decode_workspace_bytes)");
-  if (s.batch == 0) return;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int qd = query.dim();
   tq::cuda::DecodeParams p = decode_params(s, b, scale, max_seq_len, num_splits, dtype);
@@ -272,15 +275,23 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   p.q_stride_head = query.stride(qd - 2);
   p.o_stride_batch = out.stride(0);
   p.o_stride_head = out.stride(qd - 2);
-  if (fused_multi_query(s.q_len)) {  // one launch for the chunk
-    p.query = query.data_ptr();
-    p.out = out.data_ptr();
+  p.query = query.data_ptr();  // (the long-chunk loop below moves both to query position j)
+  p.out = out.data_ptr();
+  const bool fused = fused_multi_query(s.q_len);
+  if (fused) {  // one launch for the chunk
     p.q_stride_token = query.stride(1);
     p.o_stride_token = out.stride(1);
-    guarded(op, [&] {
-      const tq::cuda::DecodePlan plan = tq::cuda::plan_decode(f.gpu, c, p);
-      tq::cuda::paged_decode(f.gpu, c, p, plan, workspace.data_ptr(), stream);
-    });
+  }
+  // One plan per call, for the workspace check and every launch: the plan depends on the shapes
+  // alone (not on the strides or pointers), so it is the plan decode_workspace_bytes sizes. (plan_decode
+  // refuses what decode_can_implement refuses, with its message: "tqkit.decode: <why>" through guarded.)
+  tq::cuda::DecodePlan plan;
+  guarded(op, [&] { plan = tq::cuda::plan_decode(f.gpu, c, p); });
+  const int64_t need = workspace_need(plan, s.batch, s.q_len);
+  TORCH_CHECK(workspace.numel() >= need, "tqkit.decode: workspace has ", workspace.numel(), " bytes, this call needs ",
+              need, " (tqkit_torch.decode_workspace_bytes)");
+  if (fused) {
+    guarded(op, [&] { tq::cuda::paged_decode(f.gpu, c, p, plan, workspace.data_ptr(), stream); });
     return;
   }
   const int64_t plan_bytes =
@@ -298,7 +309,6 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
       } else {
         p.blocks.seq_lens = b.seq_lens;
       }
-      const tq::cuda::DecodePlan plan = tq::cuda::plan_decode(f.gpu, c, p);
       tq::cuda::paged_decode(f.gpu, c, p, plan, plan.workspace_bytes ? workspace.data_ptr() : nullptr, stream);
     }
   });
