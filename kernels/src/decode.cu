@@ -3,7 +3,10 @@
 // the generated decode_<format>.cu; stage 2, the log-sum-exp merge of the parts, in decode_merge.cu.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "decode_cfg.cuh"
 #include "tq/cuda/decode.h"
@@ -49,6 +52,23 @@ int decode_device_smem_optin_impl() {
 
 int decode_device_sms() { return decode_device_sms_impl(); }
 int decode_device_smem_optin() { return decode_device_smem_optin_impl(); }
+
+int memo_occupancy(const void* kernel, int threads, int smem_bytes, int (*compute)(const void*, int, int)) {
+  int dev = 0;
+  TQ_CUDA_CHECK(cudaGetDevice(&dev));
+  using Key = std::tuple<const void*, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, int> memo;
+  const Key key{kernel, threads, smem_bytes, dev};
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = memo.find(key); it != memo.end()) return it->second;
+  }
+  const int blocks = compute(kernel, threads, smem_bytes);  // (outside the lock: it may throw)
+  const std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(key, blocks);
+  return blocks;
+}
 
 // Heads per CTA, warps per head and ring depth shared by both decode planners.
 // plan.smem_bytes is the dynamic part (ring + fixed_dyn); static_smem counts toward

@@ -444,8 +444,14 @@ template <class C>
 int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes) {
   int occ = 0;
   with_kernel<C>(sel, [&](auto kern) {
-    TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem_bytes));
+    using Kern = decltype(kern);
+    occ = memo_occupancy(reinterpret_cast<const void*>(kern), threads, smem_bytes, [](const void* k, int n, int bytes) {
+      const Kern f = reinterpret_cast<Kern>(const_cast<void*>(k));
+      int blocks = 0;
+      TQ_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, n, bytes));
+      return blocks;
+    });
   });
   return occ;
 }
