@@ -88,6 +88,54 @@ struct WeightsStage {
   }
 };
 
+// The logit factors of tokens r (fr) and r + 8 (fr8) of half h of a sub-tile, single-block keys
+// (QCfg::kTB = 1): raw_scale · the key norm (LUT keys) · the nc norm correction 1/‖c‖ (Σc² from qa, or,
+// without the Σc² LUT, from the lane holding the diagonal entries: qb's for token r + 8).
+// (raw_scale, nc_eps, diag_src: LogitConsts'; n0: token r's key record head, half + rm.norm + tr · rm.mst)
+template <class K, class T>
+__device__ __forceinline__ void token_logit_factors(const T& t, float raw_scale, float nc_eps, int diag_src,
+                                                    const uint8_t* n0, const RowMap& rm, int r,
+                                                    const float (&qa_h)[4], const float (&qb_h)[4], float& fr,
+                                                    float& fr8) {
+  using Q = typename K::Q;
+  fr = raw_scale, fr8 = raw_scale;
+  if constexpr (Q::Keys::kLut) {
+    using Keys = typename Q::Keys;
+    fr = Keys::norm_scale(n0, fr);
+    fr8 = Keys::norm_scale(n0 + K::kRow8Delta * rm.mst, fr8);
+    if constexpr (Keys::kNormSums) {
+      if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
+        fr *= Keys::norm_correction(qa_h[0], nc_eps);
+        fr8 *= Keys::norm_correction(qa_h[2], nc_eps);
+      } else if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+        const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa_h[1] : qa_h[0], diag_src);
+        const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb_h[3] : qb_h[2], diag_src);
+        fr *= Keys::norm_correction(sq0, nc_eps);
+        fr8 *= Keys::norm_correction(sq1, nc_eps);
+      }
+    }
+  }
+}
+
+// column_weights' logit factors for both halves, computed once per sub-tile where several N-tiles
+// share it (KernelTraits::kNTiles > 1; computed inside each column_weights call, ptxas kept one copy
+// per N-tile: 16 MUFU.RSQ in the two-tile causal kernel's loop for 8 tokens' norm corrections).
+struct LogitFactors {
+  float fr[2], fr8[2];  // half h: tokens r, r + 8
+};
+template <class K, class T>
+__device__ __forceinline__ LogitFactors logit_factors(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2],
+                                                      const RowMap& rm, int tr, int r, const float (&qa)[2][4],
+                                                      const float (&qb)[2][4]) {
+  static_assert(K::Q::kTB == 1, "two-block (d = 256 turbo) keys fold the factors into the scores");
+  LogitFactors f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    token_logit_factors<K>(t, lc.raw_scale, lc.nc_eps, lc.diag_src, hb[h] + rm.norm + tr * rm.mst, rm, r, qa[h], qb[h],
+                           f.fr[h], f.fr8[h]);
+  return f;
+}
+
 // Packed kernels (G ≤ 4). Returns whether the running maxima stayed (α = 1).
 template <class K, bool kFullTile, class T>
 __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
@@ -240,12 +288,14 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 }
 
 // G > 4: hi and lo column sets (kHiOnlyP: P' as fp16 hi alone). Returns whether the running maxima
-// stayed (α = 1).
-template <class K, bool kFullTile, class T>
+// stayed (α = 1). kGivenFactors: the logit factors come from lf (logit_factors, once per sub-tile for
+// all N-tiles), else they are computed here.
+template <class K, bool kFullTile, bool kGivenFactors, class T>
 __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
     int tr, int r, int p, int nvalid, const int (&ccut)[2], const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
     const typename K::QjlScores& sq, const float (&qa)[2][4], const float (&qb)[2][4], Softmax32& sm, float (&zs)[2],
-    float (&alpha)[2], typename K::PFrags& pb, typename K::QjlPFrags& pq, typename K::PairPFrags& pbv) {
+    float (&alpha)[2], typename K::PFrags& pb, typename K::QjlPFrags& pq, typename K::PairPFrags& pbv,
+    const LogitFactors& lf) {
   using C = typename K::C;
   using Q = typename K::Q;
   constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta;
@@ -260,28 +310,38 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
     float sc4[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) sc4[i] = sa[0][h][0][i] + sa[0][h][kQSets - 1][i];
-    float fr = st.raw_scale, fr8 = st.raw_scale;
+    float fr, fr8;
     [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
-    if constexpr (Q::Keys::kLut) {
+    if constexpr (kGivenFactors) {
+      fr = lf.fr[h];
+      fr8 = lf.fr8[h];
+    } else if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256; no norm sums)
       using Keys = typename Q::Keys;
-      fr = Keys::norm_scale(n0, fr);
-      fr8 = Keys::norm_scale(n0 + d8 * rm.mst, fr8);
-      if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256)
-        const float frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, st.raw_scale);
-        const float frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, st.raw_scale);
+      static_assert(Keys::kLut && !Keys::kNormSums, "two-block keys: LUT keys without norm sums");
+      fr = Keys::norm_scale(n0, st.raw_scale);
+      fr8 = Keys::norm_scale(n0 + d8 * rm.mst, st.raw_scale);
+      const float frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, st.raw_scale);
+      const float frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, st.raw_scale);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
-        fr = fr8 = 1.f;
-      }
-      if constexpr (Keys::kNormSums) {
-        if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
-          fr *= Keys::norm_correction(qa[h][0], st.nc_eps);
-          fr8 *= Keys::norm_correction(qa[h][2], st.nc_eps);
-        } else if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
-          const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], st.diag_src);
-          const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], st.diag_src);
-          fr *= Keys::norm_correction(sq0, st.nc_eps);
-          fr8 *= Keys::norm_correction(sq1, st.nc_eps);
+      for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
+      fr = fr8 = 1.f;
+    } else {  // (the same as token_logit_factors, written out: as a call, ptxas placed the one-tile kernels'
+              // blocks differently)
+      fr = st.raw_scale, fr8 = st.raw_scale;
+      if constexpr (Q::Keys::kLut) {
+        using Keys = typename Q::Keys;
+        fr = Keys::norm_scale(n0, fr);
+        fr8 = Keys::norm_scale(n0 + d8 * rm.mst, fr8);
+        if constexpr (Keys::kNormSums) {
+          if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
+            fr *= Keys::norm_correction(qa[h][0], st.nc_eps);
+            fr8 *= Keys::norm_correction(qa[h][2], st.nc_eps);
+          } else if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
+            const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], st.diag_src);
+            const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], st.diag_src);
+            fr *= Keys::norm_correction(sq0, st.nc_eps);
+            fr8 *= Keys::norm_correction(sq1, st.nc_eps);
+          }
         }
       }
     }
