@@ -325,25 +325,8 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
       fr = fr8 = 1.f;
-    } else {  // (the same as token_logit_factors, written out: as a call, ptxas placed the one-tile kernels'
-              // blocks differently)
-      fr = st.raw_scale, fr8 = st.raw_scale;
-      if constexpr (Q::Keys::kLut) {
-        using Keys = typename Q::Keys;
-        fr = Keys::norm_scale(n0, fr);
-        fr8 = Keys::norm_scale(n0 + d8 * rm.mst, fr8);
-        if constexpr (Keys::kNormSums) {
-          if (Q::kSqLut && t.nc) {  // tokens r, r + 8: this lane's own sums
-            fr *= Keys::norm_correction(qa[h][0], st.nc_eps);
-            fr8 *= Keys::norm_correction(qa[h][2], st.nc_eps);
-          } else if (t.nc) {  // token r: qa[r&1] of lane (r, r/2); token r+8: qb[2 + (r&1)] there
-            const float sq0 = __shfl_sync(dev::kFull, (r & 1) ? qa[h][1] : qa[h][0], st.diag_src);
-            const float sq1 = __shfl_sync(dev::kFull, (r & 1) ? qb[h][3] : qb[h][2], st.diag_src);
-            fr *= Keys::norm_correction(sq0, st.nc_eps);
-            fr8 *= Keys::norm_correction(sq1, st.nc_eps);
-          }
-        }
-      }
+    } else {
+      token_logit_factors<K>(t, st.raw_scale, st.nc_eps, st.diag_src, n0, rm, r, qa[h], qb[h], fr, fr8);
     }
     const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
     x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
