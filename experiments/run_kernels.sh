@@ -2,7 +2,7 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma
 #        (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
@@ -26,7 +26,8 @@
 # python/ extension built in place, its pytest suite, the op's overhead over its kernels), planner.jsonl +
 # planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
 # python/examples/bench_multi_query.py at G 1, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
-# activations against fp16, interleaved); a summary table is printed last.
+# activations against fp16, interleaved), mma_peak.txt (mma: the tensor cores' ceilings, experiments/mma_peak.cu
+# and wgmma_peak.cu); a summary table is printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
 # (Catch2 and nlohmann-json there; fmt and CLI11 as a fallback) come from .deps/ when present:
@@ -268,6 +269,16 @@ if has crossover; then
       --kv-heads $2 --q-lens $3 --json "$OUT/multi_query_crossover.jsonl") 2>> "$OUT/errors.log" ||
       { status=1; echo "bench_multi_query $spec failed:"; tail -5 "$OUT/errors.log"; }
   done
+fi
+
+if has mma; then
+  # The tensor cores' ceilings that kernels.md bounds the multi-query decode with: mma.sync m16n8k16 (what the
+  # kernels use) and wgmma m64nNk16 with A from registers (sm_90a), each on register / shared operands.
+  mkdir -p "$BUILD"
+  { nvcc -O3 -arch=sm_90 -o "$BUILD/mma_peak" "$ROOT/experiments/mma_peak.cu" && timeout 60 "$BUILD/mma_peak" &&
+    nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$BUILD/wgmma_peak" "$ROOT/experiments/wgmma_peak.cu" &&
+    timeout 120 "$BUILD/wgmma_peak"; } > "$OUT/mma_peak.txt" 2>&1 || { status=1; echo "mma step failed:"; }
+  cat "$OUT/mma_peak.txt"
 fi
 
 if has bf16; then
