@@ -118,7 +118,8 @@ __device__ void load_a(uint32_t (&f)[4], const __half* a) {
 // 8j + 2(l%4) (+1).
 template <int N>
 __global__ void check_kernel(const __half* a, const __half* b, float* d, uint32_t leading, uint32_t stride) {
-  __shared__ alignas(128) __half sb[N * 16];
+  // (room for 64 columns at either reading of the strides, so a wrong one reads wrong values, not past the array)
+  __shared__ alignas(128) __half sb[2 * 64 * 16];
   store_b(sb, b, N);
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes → wgmma's reads
   __syncthreads();
