@@ -4,16 +4,23 @@ a CUDA graph (the kernels alone), per call, for decodes where launch overhead
 matters (B 1 at 512 and 4K tokens) and the target shape (B 32, 32K). "adds" is the
 eager GPU time per call minus the replayed one: what the op costs over its raw
 launches when called back to back (0 while the GPU is busier than the host).
+Eager and replayed calls are timed in alternating rounds (eager first in odd rounds,
+the graph first in even ones) and each is the median of its rounds, so a clock that
+drifts during the run does not favour whichever is timed first.
 
     PYTHONPATH=python python python/examples/bench_op_overhead.py [--json FILE]
 """
 import argparse
 import json
+import statistics
 import time
 
 import torch
 
 import tqkit_torch as tq
+
+
+ROUNDS = 5  # alternating eager / graph rounds per shape
 
 
 def per_call_us(fn, n=200):
@@ -47,7 +54,6 @@ def main():
         ws = torch.empty(tq.decode_workspace_bytes(fmt, B, 1, H, HKV, D, bs, T, splits), dtype=torch.uint8,
                          device="cuda")
         call = lambda: tq.decode_out(out, q, cache, table, lens, ws, fmt, D ** -0.5, T, splits)
-        eager = per_call_us(call)
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -56,7 +62,11 @@ def main():
         torch.cuda.current_stream().wait_stream(s)
         with torch.cuda.graph(g):
             call()
-        graph = per_call_us(g.replay)
+        fns, times = {"eager": call, "graph": g.replay}, {"eager": [], "graph": []}
+        for r in range(ROUNDS):
+            for k in (("eager", "graph") if r % 2 == 0 else ("graph", "eager")):
+                times[k].append(per_call_us(fns[k]))
+        eager, graph = statistics.median(times["eager"]), statistics.median(times["graph"])
         # host time to issue one call (Python, dispatcher, argument checks, plan, launches)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
