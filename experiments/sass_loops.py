@@ -14,6 +14,8 @@ backward branch's target to the branch; the main loop is the one with the most H
 shortest). Printed: the loops with HMMAs, and the main loop's instructions by opcode. The counts
 are static: every branch of the loop body is counted once, whichever runs (the decode's loop over
 sub-tiles holds the unmasked and the masked body, each with both softmax branches).
+experiments/sass_diff.py compares two such dumps kernel by kernel (identical, reordered, or which
+main-loop opcodes changed).
 """
 import collections
 import re
