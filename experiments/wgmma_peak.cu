@@ -6,7 +6,11 @@
 //
 // Before timing, one m64nNk16 product per N is checked against a float64 product on the host (exact:
 // the inputs are multiples of 1/8 below 2), once with each reading of the shared-memory descriptor's two
-// strides, so the output says which one the hardware uses for the no-swizzle layout below.
+// strides, so the output says which one the hardware uses for the no-swizzle layout below; then K = 64 in
+// four k-steps (the value MMA's shape). Last, the value MMA with its P' written to shared memory first
+// (pv_kernel): what that round trip costs against the bare MMA rows. (ptxas 13.0 injects a
+// warpgroup.arrive before each of pv_kernel<64>'s MMAs, C7519: its accumulators and operands take ~130
+// registers; a kernel of that design would meet the same.)
 //   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o wgmma_peak experiments/wgmma_peak.cu && ./wgmma_peak
 // (wgmma exists only in the architecture-specific target compute_90a; nvcc 13.0's -arch=sm_90a also
 // builds a portable compute_90 PTX, which has no wgmma, and fails there.)
@@ -88,47 +92,51 @@ __device__ uint64_t smem_desc(const void* p, uint32_t leading_bytes, uint32_t st
          uint64_t((stride_bytes >> 4) & 0x3fff) << 32;  // base offset 0, swizzle 0 (none)
 }
 
-// B (N x 16 halves, row n = query column n) into shared memory as core matrices: core (n / 8, k / 8) at
-// byte (n / 8) * 256 + (k / 8) * 128, element (n % 8, k % 8) at 16 * (n % 8) + 2 * (k % 8) inside it:
-// K-neighbour cores 128 bytes apart, N-neighbour cores 256 apart.
-__device__ void store_b(__half* sb, const __half* b, int n_cols) {
-  for (int i = threadIdx.x; i < n_cols * 16; i += blockDim.x) {
-    const int n = i / 16, k = i % 16;
-    sb[((n / 8) * 256 + (k / 8) * 128 + (n % 8) * 16 + (k % 8) * 2) / 2] = b[i];
-  }
+// Byte offset of element (n, k) of a B tile of K = 16·ks columns (row n = query column n, k along K) stored
+// as core matrices: core (n / 8, k / 8) at (n / 8) · (K / 8) · 128 + (k / 8) · 128, element (n % 8, k % 8) at
+// 16 · (n % 8) + 2 · (k % 8) inside it: K-neighbour cores 128 bytes apart, N-neighbour cores K · 16 apart
+// (256 at K = 16), and k-step s's 16 columns start 256 · s bytes in.
+__host__ __device__ constexpr int b_offset(int n, int k, int kk) {
+  return (n / 8) * (kk / 8) * 128 + (k / 8) * 128 + (n % 8) * 16 + (k % 8) * 2;
 }
 
-// This thread's A fragment of the 64 x 16 row-major a: rows r0 = 16·warp + lane/4 and r0 + 8, columns
-// 2t, 2t + 1 (a[0], a[1]) and 2t + 8, 2t + 9 (a[2], a[3]), t = lane % 4.
-__device__ void load_a(uint32_t (&f)[4], const __half* a) {
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, r0 = 16 * warp + lane / 4, t = lane % 4;
-  auto pair = [&](int r, int c) {
+// B (n_cols x kk halves, row-major) into shared memory at b_offset.
+__device__ void store_b(__half* sb, const __half* b, int n_cols, int kk) {
+  for (int i = threadIdx.x; i < n_cols * kk; i += blockDim.x) sb[b_offset(i / kk, i % kk, kk) / 2] = b[i];
+}
+
+// This thread's A fragment of k-step ks of the 64 x kk row-major a: rows r0 = 16·warp + lane/4 and r0 + 8,
+// columns c + 2t, c + 2t + 1 (a[0], a[1]) and c + 2t + 8, c + 2t + 9 (a[2], a[3]), c = 16·ks, t = lane % 4.
+__device__ void load_a(uint32_t (&f)[4], const __half* a, int kk, int ks) {
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, r0 = 16 * warp + lane / 4, c = 16 * ks + 2 * (lane % 4);
+  auto pair = [&](int r, int col) {
     uint32_t v;
-    std::memcpy(&v, a + r * 16 + c, 4);
+    std::memcpy(&v, a + r * kk + col, 4);
     return v;
   };
-  f[0] = pair(r0, 2 * t);
-  f[1] = pair(r0 + 8, 2 * t);
-  f[2] = pair(r0, 2 * t + 8);
-  f[3] = pair(r0 + 8, 2 * t + 8);
+  f[0] = pair(r0, c);
+  f[1] = pair(r0 + 8, c);
+  f[2] = pair(r0, c + 8);
+  f[3] = pair(r0 + 8, c + 8);
 }
 
-// One product D = A·B^T (64 x N, fp32) with the strides (leading, stride) in the descriptor; thread
-// (warp w, lane l) writes its accumulators at the mma.sync C layout: rows 16w + l/4 (+8), columns
-// 8j + 2(l%4) (+1).
-template <int N>
+// One product D = A·B^T (64 x N, fp32) over K = 16·KS in KS k-steps (the descriptor's start advanced 256
+// bytes a step), with the strides (leading, stride) in the descriptor; thread (warp w, lane l) writes its
+// accumulators at the mma.sync C layout: rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1).
+template <int N, int KS>
 __global__ void check_kernel(const __half* a, const __half* b, float* d, uint32_t leading, uint32_t stride) {
   // (room for 64 columns at either reading of the strides, so a wrong one reads wrong values, not past the array)
-  __shared__ alignas(128) __half sb[2 * 64 * 16];
-  store_b(sb, b, N);
+  __shared__ alignas(128) __half sb[2 * 64 * 16 * KS];
+  store_b(sb, b, N, 16 * KS);
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes → wgmma's reads
   __syncthreads();
-  uint32_t f[4];
-  load_a(f, a);
+  uint32_t f[KS][4];
+  for (int ks = 0; ks < KS; ++ks) load_a(f[ks], a, 16 * KS, ks);
   float acc[N / 2];
   for (float& x : acc) x = 0.f;
   wgmma_fence();
-  wgmma_rs<N>(acc, f, smem_desc(sb, leading, stride), 0);
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) wgmma_rs<N>(acc, f[ks], smem_desc(sb + 128 * ks, leading, stride), ks > 0);
   wgmma_commit();
   wgmma_wait<0>();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp + lane / 4, t = lane % 4;
@@ -167,12 +175,56 @@ __global__ void loop_kernel(int iters, float* out) {
   if (s == 12345.f) out[0] = s;  // keeps the loop alive
 }
 
+// The value MMA of a wgmma decode at d 128: O^T (2 x 64 dims x N columns) += V^T (registers) · P'^T over a
+// 64-token tile, where P' (64 tokens x N columns, fp32 in the score accumulators' layout: each warp holds its
+// own 16 tokens, and every warp's MMA needs all 64) first goes to shared memory as B (fp16, 2-byte stores at
+// b_offset), then a proxy fence and a warpgroup barrier, then 2 x 4 k-steps of m64nNk16; the next tile's P'
+// depends on O, so nothing overlaps across tiles. Against the m64nNk16 rows: what the P' round trip costs.
 template <int N>
+__global__ void pv_kernel(int iters, float* out) {
+  __shared__ alignas(128) __half sp[4][N * 64];  // one P' tile per warpgroup (up to 4 per CTA)
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int r0 = 16 * warp + lane / 4, t = lane % 4;
+  __half* tile = sp[wg];
+  uint32_t v[2][4][4];  // V^T fragments: 2 blocks of 64 dims x 4 k-steps of 16 tokens
+  for (int m = 0; m < 2; ++m)
+    for (int ks = 0; ks < 4; ++ks)
+      for (int i = 0; i < 4; ++i) v[m][ks][i] = 0x3c003c00u ^ (threadIdx.x + 16 * m + 4 * ks + i);
+  float p[N / 2], o[2][N / 2];
+  for (int i = 0; i < N / 2; ++i) p[i] = 0.01f * (i + lane), o[0][i] = o[1][i] = 0.f;
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {  // this thread's P' (tokens r0, r0 + 8; columns 8j + 2t, + 1) into B
+      tile[b_offset(8 * j + 2 * t, r0, 64) / 2] = __float2half(p[4 * j]);
+      tile[b_offset(8 * j + 2 * t + 1, r0, 64) / 2] = __float2half(p[4 * j + 1]);
+      tile[b_offset(8 * j + 2 * t, r0 + 8, 64) / 2] = __float2half(p[4 * j + 2]);
+      tile[b_offset(8 * j + 2 * t + 1, r0 + 8, 64) / 2] = __float2half(p[4 * j + 3]);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // the warpgroup's P' tile is complete
+    wgmma_fence();
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) wgmma_rs<N>(o[m], v[m][ks], smem_desc(tile + 128 * ks, 128, 1024), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // every warp's MMAs have read the tile
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) p[i] = fmaf(o[0][i] + o[1][i], 1e-9f, p[i] * 0.5f);
+  }
+  float s = 0.f;
+  for (float x : p) s += x;
+  if (s == 12345.f) out[0] = s;  // keeps the loop alive
+}
+
+template <int N, int KS = 1>
 bool check(uint32_t leading, uint32_t stride) {
-  std::vector<__half> a(64 * 16), b(N * 16);
-  std::vector<float> ah(64 * 16), bh(N * 16), d(64 * N);
+  constexpr int K = 16 * KS;
+  std::vector<__half> a(64 * K), b(N * K);
+  std::vector<float> ah(64 * K), bh(N * K), d(64 * N);
   uint32_t s = 12345u + N;
-  auto next = [&] {  // multiples of 1/8 in (-2, 2): every product and sum exact in fp32
+  auto next = [&] {  // multiples of 1/8 in (-2, 2): every product and sum (K ≤ 64 terms) exact in fp32
     s = s * 1664525u + 1013904223u;
     return float(int(s >> 24) % 31 - 15) / 8.f;
   };
@@ -186,40 +238,41 @@ bool check(uint32_t leading, uint32_t stride) {
   CHECK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemset(dd, 0xff, d.size() * 4));
-  check_kernel<N><<<1, 128>>>(da, db, dd, leading, stride);
+  check_kernel<N, KS><<<1, 128>>>(da, db, dd, leading, stride);
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost));
   double worst = 0;
   for (int m = 0; m < 64; ++m)
     for (int n = 0; n < N; ++n) {
       double ref = 0;
-      for (int k = 0; k < 16; ++k) ref += double(ah[m * 16 + k]) * double(bh[n * 16 + k]);
+      for (int k = 0; k < K; ++k) ref += double(ah[m * K + k]) * double(bh[n * K + k]);
       const double err = std::fabs(ref - double(d[m * N + n]));
       worst = std::isnan(err) || err > worst ? (std::isnan(err) ? INFINITY : err) : worst;
     }
   CHECK(cudaFree(da));
   CHECK(cudaFree(db));
   CHECK(cudaFree(dd));
-  std::printf("check m64n%dk16, leading %u / stride %u bytes: largest error %g (%s)\n", N, leading, stride, worst,
-              worst == 0 ? "exact" : "WRONG");
+  std::printf("check m64n%dk16 x %d k-steps, leading %u / stride %u bytes: largest error %g (%s)\n", N, KS, leading,
+              stride, worst, worst == 0 ? "exact" : "WRONG");
   return worst == 0;
 }
 
-template <int N>
-void timed(int sms) {
+// Best of 5 timed launches of kern(iters, out) at 2 CTAs per SM of 1, 2 and 4 warpgroups, as TFLOP/s from the
+// flops one warpgroup does per iteration.
+template <class Kern>
+void timed(const char* what, Kern kern, int sms, double flops_per_iter) {
   float* out;
   CHECK(cudaMalloc(&out, 4));
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  const int iters = 20000;
+  const int iters = 20000, blocks = sms * 2;
   for (int groups : {1, 2, 4}) {
-    const int blocks = sms * 2;
-    loop_kernel<N><<<blocks, 128 * groups>>>(100, out);  // warm-up (clocks up)
+    kern<<<blocks, 128 * groups>>>(100, out);  // warm-up (clocks up)
     float best = 1e30f;
     for (int rep = 0; rep < 5; ++rep) {
       CHECK(cudaEventRecord(e0));
-      loop_kernel<N><<<blocks, 128 * groups>>>(iters, out);
+      kern<<<blocks, 128 * groups>>>(iters, out);
       CHECK(cudaEventRecord(e1));
       CHECK(cudaEventSynchronize(e1));
       float ms;
@@ -227,8 +280,8 @@ void timed(int sms) {
       best = ms < best ? ms : best;
     }
     CHECK(cudaGetLastError());
-    const double flops = 2.0 * 64 * N * 16 * double(iters) * kBatch * blocks * groups;
-    std::printf("m64n%dk16, %d warpgroup(s)/CTA x 2 CTAs/SM: %.1f TFLOP/s (%.3f ms)\n", N, groups,
+    const double flops = flops_per_iter * double(iters) * blocks * groups;
+    std::printf("%s, %d warpgroup(s)/CTA x 2 CTAs/SM: %.1f TFLOP/s (%.3f ms)\n", what, groups,
                 flops / (best * 1e-3) / 1e12, best);
   }
   CHECK(cudaFree(out));
@@ -240,14 +293,19 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
   std::printf("SMs %d, max SM clock %.2f GHz\n", sms, clock_khz / 1e6);
-  // the layout store_b writes: K-neighbour cores 128 bytes apart, N-neighbour cores 256 apart
+  // the layout store_b writes at K = 16: K-neighbour cores 128 bytes apart, N-neighbour cores 256 apart (tried
+  // as both strides); at K = 64 (the value MMA's B, four k-steps) N-neighbour cores are 1024 apart
   bool ok = true;
   ok &= check<8>(128, 256) | check<8>(256, 128);
   ok &= check<16>(128, 256) | check<16>(256, 128);
   ok &= check<64>(128, 256) | check<64>(256, 128);
-  timed<8>(sms);
-  timed<16>(sms);
-  timed<32>(sms);
-  timed<64>(sms);
+  ok &= check<16, 4>(128, 1024);
+  ok &= check<64, 4>(128, 1024);
+  timed("m64n8k16", loop_kernel<8>, sms, 2.0 * 64 * 8 * 16 * kBatch);
+  timed("m64n16k16", loop_kernel<16>, sms, 2.0 * 64 * 16 * 16 * kBatch);
+  timed("m64n32k16", loop_kernel<32>, sms, 2.0 * 64 * 32 * 16 * kBatch);
+  timed("m64n64k16", loop_kernel<64>, sms, 2.0 * 64 * 64 * 16 * kBatch);
+  timed("P' via shared memory + O (128 x 16) over 64 tokens", pv_kernel<16>, sms, 2.0 * 128 * 16 * 64);
+  timed("P' via shared memory + O (128 x 64) over 64 tokens", pv_kernel<64>, sms, 2.0 * 128 * 64 * 64);
   return ok ? 0 : 1;
 }
