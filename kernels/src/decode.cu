@@ -53,7 +53,7 @@ int decode_device_smem_optin_impl() {
 int decode_device_sms() { return decode_device_sms_impl(); }
 int decode_device_smem_optin() { return decode_device_smem_optin_impl(); }
 
-int memo_occupancy(const void* kernel, int threads, int smem_bytes, int (*compute)(const void*, int, int)) {
+int memo_occupancy(const void* kernel, int threads, int smem_bytes) {
   int dev = 0;
   TQ_CUDA_CHECK(cudaGetDevice(&dev));
   using Key = std::tuple<const void*, int, int, int>;
@@ -64,7 +64,9 @@ int memo_occupancy(const void* kernel, int threads, int smem_bytes, int (*comput
     const std::lock_guard<std::mutex> lock(mu);
     if (const auto it = memo.find(key); it != memo.end()) return it->second;
   }
-  const int blocks = compute(kernel, threads, smem_bytes);  // (outside the lock: it may throw)
+  int blocks = 0;  // (outside the lock: the checks may throw)
+  TQ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
   const std::lock_guard<std::mutex> lock(mu);
   memo.emplace(key, blocks);
   return blocks;

@@ -580,9 +580,9 @@ int balance_slots(int batch, int max_tiles, int slots, int splits);
 int decode_device_sms();
 int decode_device_smem_optin();
 // Blocks per SM of `kernel` at `threads` and `smem_bytes` on the current device, computed once per
-// (kernel, threads, bytes, device) by `compute` (cudaFuncSetAttribute + cudaOccupancyMaxActiveBlocksPerMultiprocessor):
-// every plan_decode asks, and the torch op plans on every call.
-int memo_occupancy(const void* kernel, int threads, int smem_bytes, int (*compute)(const void*, int, int));
+// (kernel, threads, bytes, device) (cudaFuncSetAttribute + cudaOccupancyMaxActiveBlocksPerMultiprocessor):
+// both decode planners ask on every plan, and the torch op plans on every call.
+int memo_occupancy(const void* kernel, int threads, int smem_bytes);
 
 namespace dev {
 // x / n for x < 8192, 1 ≤ n ≤ 8: (x·ceil(2^16/n)) >> 16 (error < x/2^16 < 1/8 ≤ 1 − (n−1)/n).

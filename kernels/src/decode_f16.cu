@@ -271,10 +271,8 @@ DecodePlan plan_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in,
     int stage_bytes = 0, stages = 0;
     plan_layout(cache.n_kv_heads, f16_heads_per_cta(cache.n_kv_heads), 16, 4 * D, 0, 0, decode_device_smem_optin(),
                 plan, stage_bytes, stages, true, 3, 8);
-    TQ_CUDA_CHECK(cudaFuncSetAttribute(decode_f16_kernel<D, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-    int occ = 0;
-    TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, decode_f16_kernel<D, false>, plan.threads, plan.smem_bytes));
-    plan.ctas_per_sm = occ;
+    plan.ctas_per_sm = memo_occupancy(reinterpret_cast<const void*>(decode_f16_kernel<D, false>), plan.threads,
+                                      plan.smem_bytes);
   });
   const int cols = p.n_q_heads / cache.n_kv_heads;  // q_len > 1: q_len · G virtual heads per kv head
   plan.query_slices = p_in.q_len > 1 ? 1 : f16_tiles(cols, cache.head_dim);

@@ -446,16 +446,7 @@ void with_kernel(const DecodeKernelSel& sel, Fn&& fn) {
 template <class C>
 int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes) {
   int occ = 0;
-  with_kernel<C>(sel, [&](auto kern) {
-    using Kern = decltype(kern);
-    occ = memo_occupancy(reinterpret_cast<const void*>(kern), threads, smem_bytes, [](const void* k, int n, int bytes) {
-      const Kern f = reinterpret_cast<Kern>(const_cast<void*>(k));
-      int blocks = 0;
-      TQ_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      TQ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, n, bytes));
-      return blocks;
-    });
-  });
+  with_kernel<C>(sel, [&](auto kern) { occ = memo_occupancy(reinterpret_cast<const void*>(kern), threads, smem_bytes); });
   return occ;
 }
 
