@@ -249,9 +249,13 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       [[maybe_unused]] typename K::PFrags pb[kNT];  // P' fragments (per N-tile)
       [[maybe_unused]] typename K::PairPFrags pbv;  // kValuePairs: the B of k-step j
       [[maybe_unused]] typename K::QjlPFrags pq;    // turbo4-qjl: P″ fragments
-      // two N-tiles: the per-token logit factors once for both (logit_factors)
+      // two N-tiles: the per-token logit and value factors once for both (logit_factors, value_factors)
       [[maybe_unused]] LogitFactors lf;
-      if constexpr (!kPacked && kNT > 1) lf = logit_factors<K>(t, lc, hb, rm, tr, r, qa, qb);
+      [[maybe_unused]] ValueFactors vf;
+      if constexpr (!kPacked && kNT > 1) {
+        lf = logit_factors<K>(t, lc, hb, rm, tr, r, qa, qb);
+        vf = value_factors<K, kFullTile>(hb, rm, tr, nvalid);
+      }
 #pragma unroll
       for (int n = 0; n < kNT; ++n) {
         float alpha[2] = {1.f, 1.f};
@@ -262,7 +266,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
                                               sm[n], zs[n], alpha, pb[n], pq, pbv);
         else
           fast = column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa[n], sq,
-                                                         qa, qb, sm[n], zs[n], alpha, pb[n], pq, pbv, lf);
+                                                         qa, qb, sm[n], zs[n], alpha, pb[n], pq, pbv, lf, vf);
         // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
         // straight into acc and the rescale runs only when a running max moved (α ≠ 1
         // somewhere in the warp: rare after the first tiles).

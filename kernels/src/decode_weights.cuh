@@ -136,6 +136,34 @@ __device__ __forceinline__ LogitFactors logit_factors(const T& t, const LogitCon
   return f;
 }
 
+// The value scale and zero of tokens r (index 0) and r + 8 (1) of one half (f0: token r's, rm.scz into
+// the half), 0 for rows past nvalid.
+template <class K, bool kFullTile>
+__device__ __forceinline__ void value_scale_zero(const uint8_t* f0, const RowMap& rm, int tr, int h, int nvalid,
+                                                 float (&sc)[2], float (&z)[2]) {
+  const bool v0 = kFullTile || 16 * h + tr < nvalid, v1 = kFullTile || 16 * h + tr + K::kRow8Delta < nvalid;
+  sc[0] = v0 ? ld_f16(f0) : 0.f, z[0] = v0 ? ld_f16(f0 + 2) : 0.f;
+  sc[1] = v1 ? ld_f16(f0 + K::kRow8Delta * rm.mst) : 0.f, z[1] = v1 ? ld_f16(f0 + K::kRow8Delta * rm.mst + 2) : 0.f;
+}
+
+// Both halves' value scales and zeros, and (KernelTraits::kHiOnlyP) 1/scale, once per sub-tile where several
+// N-tiles share them (KernelTraits::kNTiles > 1; computed inside each column_weights call, ptxas kept one copy
+// per N-tile: 8 MUFU.RCP in a sub-tile body of the two-tile kernels where 4 do).
+struct ValueFactors {
+  float sc[2][2], z[2][2], isc[2][2];  // [half][token r, r + 8]
+};
+template <class K, bool kFullTile>
+__device__ __forceinline__ ValueFactors value_factors(const uint8_t* const (&hb)[2], const RowMap& rm, int tr,
+                                                      int nvalid) {
+  ValueFactors f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    value_scale_zero<K, kFullTile>(hb[h] + rm.scz + tr * rm.mst, rm, tr, h, nvalid, f.sc[h], f.z[h]);
+    if constexpr (K::kHiOnlyP) f.isc[h][0] = dev::rcp_fast(f.sc[h][0]), f.isc[h][1] = dev::rcp_fast(f.sc[h][1]);
+  }
+  return f;
+}
+
 // Packed kernels (G ≤ 4). Returns whether the running maxima stayed (α = 1).
 template <class K, bool kFullTile, class T>
 __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
@@ -288,14 +316,14 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 }
 
 // G > 4: hi and lo column sets (kHiOnlyP: P' as fp16 hi alone). Returns whether the running maxima
-// stayed (α = 1). kGivenFactors: the logit factors come from lf (logit_factors, once per sub-tile for
-// all N-tiles), else they are computed here.
+// stayed (α = 1). kGivenFactors: the logit and value factors come from lf and vf (logit_factors,
+// value_factors: once per sub-tile for all N-tiles), else they are computed here.
 template <class K, bool kFullTile, bool kGivenFactors, class T>
 __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
     int tr, int r, int p, int nvalid, const int (&ccut)[2], const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
     const typename K::QjlScores& sq, const float (&qa)[2][4], const float (&qb)[2][4], Softmax32& sm, float (&zs)[2],
     float (&alpha)[2], typename K::PFrags& pb, typename K::QjlPFrags& pq, typename K::PairPFrags& pbv,
-    const LogitFactors& lf) {
+    const LogitFactors& lf, const ValueFactors& vf) {
   using C = typename K::C;
   using Q = typename K::Q;
   constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta;
@@ -362,8 +390,12 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
   for (int h = 0; h < 2; ++h) {
     const uint8_t* f0 = hb[h] + rm.scz + tr * rm.mst;
     const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
-    const float sc0 = v0 ? ld_f16(f0) : 0.f, z0 = v0 ? ld_f16(f0 + 2) : 0.f;
-    const float sc1 = v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f, z1 = v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
+    float sc[2], z[2];
+    if constexpr (kGivenFactors)
+      sc[0] = vf.sc[h][0], sc[1] = vf.sc[h][1], z[0] = vf.z[h][0], z[1] = vf.z[h][1];
+    else
+      value_scale_zero<K, kFullTile>(f0, rm, tr, h, nvalid, sc, z);
+    const float sc0 = sc[0], z0 = z[0], sc1 = sc[1], z1 = z[1];
     const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
     // fp16(P') (ph: tokens r, r + 8's two columns) and those values as floats (pf)
     auto to_half = [](const float (&pw)[4], uint32_t (&ph)[2], float (&pf)[4]) {
@@ -381,7 +413,8 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
       to_half(pv, wh, wp);
       // p̃ = fp16(P') / scale; a zero scale (a constant value vector) has P' = 0 whatever p is,
       // and that token keeps p (its value is its zero)
-      const float i0 = dev::rcp_fast(sc0), i1 = dev::rcp_fast(sc1);
+      const float i0 = kGivenFactors ? vf.isc[h][0] : dev::rcp_fast(sc0);
+      const float i1 = kGivenFactors ? vf.isc[h][1] : dev::rcp_fast(sc1);
 #pragma unroll
       for (int i = 0; i < 4; ++i) wt[i] = (i < 2 ? sc0 : sc1) != 0.f ? wp[i] * (i < 2 ? i0 : i1) : x[h][i];
     } else {
