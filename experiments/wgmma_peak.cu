@@ -259,8 +259,9 @@ bool check(uint32_t leading, uint32_t stride) {
   return worst == 0;
 }
 
-// Best of 5 timed launches of kern(iters, out) at 2 CTAs per SM of 1, 2 and 4 warpgroups, as TFLOP/s from the
-// flops one warpgroup does per iteration.
+// Best of 5 timed launches of kern(iters, out) at 2 CTAs per SM of 1, 2 and 4 warpgroups (those its registers
+// allow: pv_kernel<64> takes more than 128 per thread, so no 4-warpgroup CTA), as TFLOP/s from the flops one
+// warpgroup does per iteration.
 template <class Kern>
 void timed(const char* what, Kern kern, int sms, double flops_per_iter) {
   float* out;
@@ -269,7 +270,13 @@ void timed(const char* what, Kern kern, int sms, double flops_per_iter) {
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   const int iters = 20000, blocks = sms * 2;
+  cudaFuncAttributes attr;
+  CHECK(cudaFuncGetAttributes(&attr, kern));
   for (int groups : {1, 2, 4}) {
+    if (128 * groups > attr.maxThreadsPerBlock) {
+      std::printf("%s, %d warpgroup(s)/CTA: not launchable (%d registers per thread)\n", what, groups, attr.numRegs);
+      continue;
+    }
     kern<<<blocks, 128 * groups>>>(100, out);  // warm-up (clocks up)
     float best = 1e30f;
     for (int rep = 0; rep < 5; ++rep) {
