@@ -2,7 +2,7 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64
 #        (default: the first six)
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
@@ -27,7 +27,8 @@
 # planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
 # python/examples/bench_multi_query.py at G 1, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
 # activations against fp16, interleaved), mma_peak.txt (mma: the tensor cores' ceilings, experiments/mma_peak.cu
-# and wgmma_peak.cu); a summary table is printed last.
+# and wgmma_peak.cu), mq64_proto.txt (mq64: experiments/mq64_proto.cu's check and timings); a summary table is
+# printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
 # (Catch2 and nlohmann-json there; fmt and CLI11 as a fallback) come from .deps/ when present:
@@ -279,6 +280,16 @@ if has mma; then
     nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$BUILD/wgmma_peak" "$ROOT/experiments/wgmma_peak.cu" &&
     timeout 120 "$BUILD/wgmma_peak"; } > "$OUT/mma_peak.txt" 2>&1 || { status=1; echo "mma step failed:"; }
   cat "$OUT/mma_peak.txt"
+fi
+
+if has mq64; then
+  # The speed prototype of a multi-query decode that decodes each key and value once for 64 query columns
+  # (experiments/mq64_proto.cu: mma.sync at 16 and 64 columns, wgmma at 64; checked against float64 first).
+  mkdir -p "$BUILD"
+  { nvcc -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -o "$BUILD/mq64_proto" "$ROOT/experiments/mq64_proto.cu" \
+      2>&1 | grep -E "error|registers|spill" && timeout 200 "$BUILD/mq64_proto"; } > "$OUT/mq64_proto.txt" 2>&1 ||
+    { status=1; echo "mq64 step failed:"; }
+  cat "$OUT/mq64_proto.txt"
 fi
 
 if has bf16; then
