@@ -34,14 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                           \
-  do {                                                                                     \
-    const cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "wgmma_common.cuh"
 
 namespace {
 
@@ -56,7 +49,7 @@ constexpr int kChunks = kTile * kSlot / 16;  // 16-byte cp.async pieces per tile
 constexpr float kLutScale = 16.f;           // α: the LUT holds α·c (nearer to exact in fp16)
 
 // the query columns' B fragments in shared memory, hi and lo: [nt][k-step][lane] → {hi b0, hi b1, lo b0, lo b1}
-// (W: the hi and then the lo B tile of 64 columns x 128 dims at b_offset, same bytes)
+// (W: the hi and then the lo B tile of 64 columns x 128 dims at b_offset (wgmma_common.cuh), same bytes)
 template <int NT>
 struct Smem {
   uint32_t lut[256 * 32];                       // pair code → half2(α·c[lo], α·c[hi]), one copy per lane
@@ -100,19 +93,7 @@ __device__ __forceinline__ void wgmma64(float (&d)[8][4], const uint32_t (&a)[4]
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit_wait() {
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// The no-swizzle descriptor of a B tile stored at b_offset (K-neighbour core matrices 128 bytes apart, N-neighbour
-// 16·K apart; the layout experiments/wgmma_peak.cu checks against float64).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t stride_bytes) {
-  return uint64_t((addr >> 4) & 0x3fff) | uint64_t(128u >> 4) << 16 | uint64_t((stride_bytes >> 4) & 0x3fff) << 32;
-}
-__host__ __device__ constexpr int b_offset(int n, int k, int kk) {  // bytes; element (n, k) of an N x kk B tile
-  return (n / 8) * kk * 16 + (k / 8) * 128 + (n % 8) * 16 + (k % 8) * 2;
-}
+
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
@@ -215,10 +196,11 @@ __global__ void __launch_bounds__(128, 2)
       const uint32_t qhi = smem_u32(sm.q), qlo = qhi + 64 * 128 * 2;
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qhi + 256 * k, 2048), 1);
+      for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qhi + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qlo + 256 * k, 2048), 1);
-      wgmma_commit_wait();
+      for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qlo + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
     }
     // logits (log2 domain): score · norm / α · scale
     const float f0 = *reinterpret_cast<const float*>(s0 + kNormOff) * (scale_log2 / kLutScale);
@@ -333,10 +315,13 @@ __global__ void __launch_bounds__(128, 2)
       const uint32_t tile = smem_u32(sm.pb[buf]);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kWarps; ++kk)
+      for (int kk = 0; kk < kWarps; ++kk) {
+        const uint64_t desc = smem_desc(tile + 256 * kk, kLeadingBytes, stride_bytes(kTile));
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wgmma64(o[j], va[kk][j], smem_desc(tile + 256 * kk, 1024), 1);
-      wgmma_commit_wait();
+        for (int j = 0; j < 2; ++j) wgmma64(o[j], va[kk][j], desc, 1);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::);

@@ -23,14 +23,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    const cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "wgmma_common.cuh"
+
 
 // d (+)= A·B^T for one warpgroup: a = this thread's A fragment (the mma.sync m16n8k16 A layout, warp w
 // holding rows 16w … 16w + 15), b_desc = B's shared-memory descriptor, accumulate = 0: d = A·B^T.
@@ -77,31 +71,6 @@ __device__ __forceinline__ void wgmma_rs<64>(float (&d)[32], const uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-
-// The no-swizzle shared-memory descriptor: start address, the byte distance between core matrices
-// (8 rows x 16 bytes, stored as 128 contiguous bytes) adjacent in K (leading) and in N (stride).
-__device__ uint64_t smem_desc(const void* p, uint32_t leading_bytes, uint32_t stride_bytes) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  return uint64_t((addr >> 4) & 0x3fff) | uint64_t((leading_bytes >> 4) & 0x3fff) << 16 |
-         uint64_t((stride_bytes >> 4) & 0x3fff) << 32;  // base offset 0, swizzle 0 (none)
-}
-
-// Byte offset of element (n, k) of a B tile of K = 16·ks columns (row n = query column n, k along K) stored
-// as core matrices: core (n / 8, k / 8) at (n / 8) · (K / 8) · 128 + (k / 8) · 128, element (n % 8, k % 8) at
-// 16 · (n % 8) + 2 · (k % 8) inside it: K-neighbour cores 128 bytes apart, N-neighbour cores K · 16 apart
-// (256 at K = 16), and k-step s's 16 columns start 256 · s bytes in.
-constexpr uint32_t kLeadingBytes = 128;  // b_offset's K-neighbour core distance
-__host__ __device__ constexpr uint32_t stride_bytes(int kk) { return uint32_t(kk) * 16; }  // its N-neighbour distance
-__host__ __device__ constexpr int b_offset(int n, int k, int kk) {
-  return (n / 8) * int(stride_bytes(kk)) + (k / 8) * int(kLeadingBytes) + (n % 8) * 16 + (k % 8) * 2;
-}
-
 // B (n_cols x kk halves, row-major) into shared memory at b_offset.
 __device__ void store_b(__half* sb, const __half* b, int n_cols, int kk) {
   for (int i = threadIdx.x; i < n_cols * kk; i += blockDim.x) sb[b_offset(i / kk, i % kk, kk) / 2] = b[i];
@@ -130,7 +99,7 @@ __global__ void check_kernel(const __half* a, const __half* b, float* d, uint32_
   // (room for 64 columns at either reading of the strides, so a wrong one reads wrong values, not past the array)
   __shared__ alignas(128) __half sb[2 * 64 * 16 * KS];
   store_b(sb, b, N, 16 * KS);
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes → wgmma's reads
+  proxy_fence();
   __syncthreads();
   uint32_t f[KS][4];
   for (int ks = 0; ks < KS; ++ks) load_a(f[ks], a, 16 * KS, ks);
@@ -157,7 +126,7 @@ template <int N>
 __global__ void loop_kernel(int iters, float* out) {
   __shared__ alignas(128) __half sb[64 * 16];
   for (int i = threadIdx.x; i < 64 * 16; i += blockDim.x) sb[i] = __float2half(0.001f * (i % 7));
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  proxy_fence();
   __syncthreads();
   uint32_t f[4];
   for (int i = 0; i < 4; ++i) f[i] = 0x3c003c00u ^ (threadIdx.x + i);  // fp16 pairs near 1.0
@@ -202,7 +171,7 @@ __global__ void pv_kernel(int iters, float* out) {
       tile[b_offset(8 * j + 2 * t, r0 + 8, 64) / 2] = __float2half(p[4 * j + 2]);
       tile[b_offset(8 * j + 2 * t + 1, r0 + 8, 64) / 2] = __float2half(p[4 * j + 3]);
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    proxy_fence();
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // the warpgroup's P' tile is complete
     wgmma_fence();
 #pragma unroll

@@ -138,7 +138,8 @@ __device__ __forceinline__ LogitFactors logit_factors(const T& t, const LogitCon
 
 // Both halves' value scales and zeros, and (KernelTraits::kHiOnlyP) 1/scale, once per sub-tile where several
 // N-tiles share them (KernelTraits::kNTiles > 1; computed inside each column_weights call, ptxas kept one copy
-// per N-tile: 8 MUFU.RCP in a sub-tile body of the two-tile kernels where 4 do).
+// per N-tile: 8 MUFU.RCP in a sub-tile body of the two-tile kernels where 4 do). column_weights' one-tile path
+// loads the same values itself.
 struct ValueFactors {
   float sc[2][2], z[2][2], isc[2][2];  // [half][token r, r + 8]
 };
@@ -384,8 +385,8 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
   for (int h = 0; h < 2; ++h) {
     const uint8_t* f0 = hb[h] + rm.scz + tr * rm.mst;
     const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
-    // (the one-tile kernels keep these loads inline: through value_scale_zero, ptxas scheduled turbo3's
-    // one-tile kernels differently and its 128/8 decode measured 0.7% slower on one H100)
+    // (value_factors' loads, kept inline for the one-tile kernels: through a shared helper, ptxas scheduled
+    // turbo3's one-tile kernels differently, 33 of 51 changed, and its 128/8 decode measured 0.7% slower on one H100)
     const float sc0 = kGivenFactors ? vf.sc[h][0] : v0 ? ld_f16(f0) : 0.f;
     const float z0 = kGivenFactors ? vf.z[h][0] : v0 ? ld_f16(f0 + 2) : 0.f;
     const float sc1 = kGivenFactors ? vf.sc[h][1] : v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f;
