@@ -18,8 +18,9 @@
 // split over the sequence (B 32 × 8 kv heads = 256 CTAs fill one wave of 2 per SM on 132 SMs).
 //
 // A small case is checked against a float64 attention over the same decoded cache first; then NT = 2 (16 columns:
-// q_len 4 at G 4, where the production two-tile kernel gives a calibration) and NT = 8 (64 columns) are timed at
-// B 32, 8 kv heads, d 128, 32K tokens, next to a device copy of the cache.
+// q_len 4 at G 4, where the production two-tile kernel gives a calibration) and NT = 8 (64 columns; with wgmma
+// also with the scores against the queries' hi part alone) are timed at B 32, 8 kv heads, d 128, 32K tokens, next
+// to a device copy of the cache.
 //   nvcc -O3 -arch=sm_90 -o mq64_proto experiments/mq64_proto.cu && ./mq64_proto
 #include <algorithm>
 #include <cmath>
@@ -122,7 +123,9 @@ __device__ __forceinline__ void load_tile(uint8_t* stage, const uint8_t* __restr
 // out[b][h][col][D]: the attention of the 8·NT query columns of (b, h) over ctx tokens (ctx a multiple of 64).
 // qf: per (b, h) the Smem::q image; table: pages_per_seq entries per sequence; scale_log2: softmax scale · log2 e.
 // W: the score and value MMAs as wgmma (sm_90a; NT = 8), B read by the tensor cores once for the warpgroup.
-template <int NT, bool W>
+// kLo = false: scores against the queries' fp16 hi part alone (what the lo MMAs cost; not accurate enough: the
+// production kernels' bound is 1e-3, and fp16 q' alone simulates to 1.5e-3).
+template <int NT, bool W, bool kLo>
 __global__ void __launch_bounds__(128, 2)
     mq_kernel(const uint8_t* __restrict__ cache, const int* __restrict__ table, const uint4* __restrict__ qf,
               const float* __restrict__ centroids, float* __restrict__ out, int kv_heads, int ctx, int pages_per_seq,
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(128, 2)
         for (int nt = 0; nt < NT; ++nt) {
           const uint4 q = sm.q[(nt * 8 + k) * 32 + lane];
           mma16816(sacc[nt], a, q.x, q.y);
-          mma16816(sacc[nt], a, q.z, q.w);
+          if constexpr (kLo) mma16816(sacc[nt], a, q.z, q.w);
         }
       }
     }
@@ -197,8 +200,10 @@ __global__ void __launch_bounds__(128, 2)
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qhi + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
+      if constexpr (kLo) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qlo + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
+        for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qlo + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
+      }
       wgmma_commit();
       wgmma_wait<0>();
     }
@@ -460,11 +465,11 @@ struct Device {
   float *cen = nullptr, *out = nullptr;
 };
 
-template <int NT, bool W>
+template <int NT, bool W, bool kLo>
 void launch(const Problem& pr, const Device& dv, float scale_log2) {
   const int smem = int(sizeof(Smem<NT>));
-  CHECK(cudaFuncSetAttribute(mq_kernel<NT, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  mq_kernel<NT, W><<<pr.batch * pr.kv_heads, 128, smem>>>(dv.cache, dv.table, dv.qf, dv.cen, dv.out, pr.kv_heads, pr.ctx,
+  CHECK(cudaFuncSetAttribute(mq_kernel<NT, W, kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  mq_kernel<NT, W, kLo><<<pr.batch * pr.kv_heads, 128, smem>>>(dv.cache, dv.table, dv.qf, dv.cen, dv.out, pr.kv_heads, pr.ctx,
                                                       pr.pages_per_seq, scale_log2);
   CHECK(cudaGetLastError());
 }
@@ -493,14 +498,14 @@ void release(Device& dv) {
 
 // Largest |out − ref| / max |ref| over the rows, ref: float64 attention over the decoded cache (keys α·c rounded to
 // fp16 as the LUT holds them, times the norm; values code · scale + zero).
-template <int NT, bool W>
+template <int NT, bool W, bool kLo = true>
 double check(uint32_t seed) {
   const int cols = 8 * NT;
   const Problem pr = make_problem(2, 2, 1024, cols, seed);
   const auto cen = centroids();
   Device dv = upload(pr, cen, NT, W);
   const float scale_log2 = float(1.0 / std::sqrt(double(D)) / std::log(2.0));
-  launch<NT, W>(pr, dv, scale_log2);
+  launch<NT, W, kLo>(pr, dv, scale_log2);
   std::vector<float> out(size_t(pr.batch) * pr.kv_heads * cols * D);
   CHECK(cudaMemcpy(out.data(), dv.out, out.size() * 4, cudaMemcpyDeviceToHost));
   release(dv);
@@ -548,13 +553,13 @@ double check(uint32_t seed) {
         }
         worst = std::max(worst, emax / rmax);
       }
-  std::printf("check %2d columns, %s (B 2, 2 kv heads, 1024 tokens): largest relative error of an output row %.2e\n",
-              cols, W ? "wgmma  " : "mma.sync", worst);
+  std::printf("check %2d columns, %s%s (B 2, 2 kv heads, 1024 tokens): largest relative error of an output row %.2e\n",
+              cols, W ? "wgmma  " : "mma.sync", kLo ? "" : " hi only", worst);
   return worst;
 }
 
 // Median of 20 launches at B 32, 8 kv heads, 32K tokens; copy_gbps: the device copy's read + write bandwidth.
-template <int NT, bool W>
+template <int NT, bool W, bool kLo = true>
 void timed(double copy_gbps) {
   const int cols = 8 * NT;
   const Problem pr = make_problem(32, 8, 32768, cols, 7);
@@ -563,11 +568,11 @@ void timed(double copy_gbps) {
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) launch<NT, W>(pr, dv, scale_log2);
+  for (int i = 0; i < 3; ++i) launch<NT, W, kLo>(pr, dv, scale_log2);
   std::vector<float> ms(20);
   for (auto& m : ms) {
     CHECK(cudaEventRecord(e0));
-    launch<NT, W>(pr, dv, scale_log2);
+    launch<NT, W, kLo>(pr, dv, scale_log2);
     CHECK(cudaEventRecord(e1));
     CHECK(cudaEventSynchronize(e1));
     CHECK(cudaEventElapsedTime(&m, e0, e1));
@@ -576,10 +581,10 @@ void timed(double copy_gbps) {
   const double t = ms[ms.size() / 2], bytes = double(pr.cache.size());
   const double at_copy = bytes / (copy_gbps * 1e9) * 1e3;  // ms to read the cache at copy bandwidth
   cudaFuncAttributes attr;
-  CHECK(cudaFuncGetAttributes(&attr, mq_kernel<NT, W>));
-  std::printf("%2d columns per kv head, %s (B 32, 8 kv heads, d 128, 32K): %.4f ms, %.1f%% of copy, %.2f x the "
+  CHECK(cudaFuncGetAttributes(&attr, mq_kernel<NT, W, kLo>));
+  std::printf("%2d columns per kv head, %s%s (B 32, 8 kv heads, d 128, 32K): %.4f ms, %.1f%% of copy, %.2f x the "
               "cache's copy time (%d registers, %d bytes spilled, %zu B shared)\n",
-              cols, W ? "wgmma  " : "mma.sync", t, 100.0 * at_copy / t, t / at_copy, attr.numRegs, int(attr.localSizeBytes), sizeof(Smem<NT>));
+              cols, W ? "wgmma  " : "mma.sync", kLo ? "" : " hi only", t, 100.0 * at_copy / t, t / at_copy, attr.numRegs, int(attr.localSizeBytes), sizeof(Smem<NT>));
   release(dv);
 }
 
@@ -592,6 +597,7 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, dev));
   std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const double e2 = check<2, false>(1), e8 = check<8, false>(2), e8w = check<8, true>(3);
+  check<8, true, false>(3);  // (reported, not gated: the hi part alone is the precision the split exists to fix)
   // device copy bandwidth (read + write) over 2 GB, as tq-bench measures it
   const size_t n = size_t(1) << 30;
   void *a, *b;
@@ -617,6 +623,7 @@ int main() {
   timed<2, false>(copy_gbps);
   timed<8, false>(copy_gbps);
   timed<8, true>(copy_gbps);
+  timed<8, true, false>(copy_gbps);
   std::printf("(tq-bench's single-query 4bit_nc decode at 32/8 runs at 95.7%% of copy on one H100: the issue's q_len-16 "
               "target, 2x that time, is 2.09x the cache's copy time)\n");
   return e2 < 1e-3 && e8 < 1e-3 && e8w < 1e-3 ? 0 : 1;
