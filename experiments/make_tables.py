@@ -12,7 +12,8 @@ Sources (all under experiments/results/):
   qwen/ppl512-skip-all.txt   the same with --skip-layers first2,last2
   kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench)
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
-  kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ...")
+  kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ..."; H200)
+  kernels/multi_query_tqbench_h100.txt   the same on an H100 (its first table: the newest commit)
   kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
   kernels/op_overhead.jsonl  python/examples/bench_op_overhead.py --json rows (run_kernels.sh torch), where present
 
@@ -115,31 +116,48 @@ def headline():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
-def multi_query():
-    """The multi-query line of the headline: 4bit_nc's fused decode per q_len (tq-bench --q-len) against
-    one single-query decode and q_len of them, and the time of dequant + SDPA (bench_multi_query.py; a
-    separate harness, so its time is shown rather than a ratio to tq-bench's)."""
-    rows, head = {}, None  # the table's rows by its header's column names (tq-bench adds columns over time)
-    with open(os.path.join(RES, "kernels", "multi_query_tqbench.txt"), encoding="utf-8") as f:
+def mq_rows(name):
+    """4bit_nc's rows of the first tq-bench --q-len table in kernels/NAME, by q_len, and the commit its comments
+    name ("main at ...")."""
+    rows, head, commit = {}, None, None
+    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
         for line in f:
             cells = line.split()
+            m = re.search(r"main at ([0-9a-f]{7})", line)
+            if m and commit is None:
+                commit = m.group(1)
             if cells[:2] == ["format", "q_len"]:
+                if rows:
+                    break  # (a later table: an older commit)
                 head = cells
             elif head and len(cells) == len(head) and cells[0] == "turboquant_4bit_nc":
                 r = dict(zip(head, cells))
                 rows[int(r["q_len"])] = {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
                                          "separate_over": float(r["separate/fused"])}
+    return rows, commit
+
+
+def multi_query():
+    """The multi-query lines of the headline: 4bit_nc's fused decode per q_len (tq-bench --q-len) against
+    one single-query decode and q_len of them, on the H200 and on the H100 (each file's first table), and the
+    time of dequant + SDPA (bench_multi_query.py; a separate harness, so its time is shown rather than a ratio
+    to tq-bench's)."""
+    machines = [("H200", *mq_rows("multi_query_tqbench.txt")), ("H100", *mq_rows("multi_query_tqbench_h100.txt"))]
     dense = {j["q_len"]: j["dense_ms"] for j in kernels_jsonl("multi_query_torch.jsonl")
              if j["format"] == "turboquant_4bit_nc" and "dense_ms" in j}
-    q_lens = sorted(rows)
+    q_lens = sorted(machines[0][1])
+    cell = lambda rows, q, f: f(rows[q]) if q in rows else "—"
     lines = ["| `turboquant_4bit_nc`, multi-query | " + " | ".join(f"q_len {q}" for q in q_lens) + " |",
-             "|---|" + "---|" * len(q_lens),
-             "| fused decode ms (× one single-query decode) | "
-             + " | ".join(f"{rows[q]['fused']:.3f} ({rows[q]['over_q1']:.2f}×)" for q in q_lens) + " |",
-             "| q_len single-query decodes ÷ fused | " + " | ".join(f"{rows[q]['separate_over']:.2f}×" for q in q_lens) + " |",
-             "| dequant + SDPA ms (torch) | " + " | ".join(f"{dense[q]:.2f}" if q in dense else "—" for q in q_lens)
-             + " |"]
-    note = ("Multi-query: q_len queries per sequence, causal within the chunk, same shape and H200 "
+             "|---|" + "---|" * len(q_lens)]
+    for gpu, rows, commit in machines:
+        lines += [f"| {gpu} (main at {commit}): fused decode ms (× one single-query decode) | "
+                  + " | ".join(cell(rows, q, lambda r: f"{r['fused']:.3f} ({r['over_q1']:.2f}×)") for q in q_lens) + " |",
+                  f"| {gpu}: q_len single-query decodes ÷ fused | "
+                  + " | ".join(cell(rows, q, lambda r: f"{r['separate_over']:.2f}×") for q in q_lens) + " |"]
+    lines.append("| H200: dequant + SDPA ms (torch) | " + " | ".join(f"{dense[q]:.2f}" if q in dense else "—" for q in q_lens)
+                 + " |")
+    note = ("Multi-query: q_len queries per sequence, causal within the chunk, same shape; the H100 rows from "
+            "[multi_query_tqbench_h100.txt](experiments/results/kernels/multi_query_tqbench_h100.txt) "
             "([kernels.md](experiments/results/kernels.md#multi-query-decode-q_len--1)).")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
