@@ -21,7 +21,8 @@
 // q_len 4 at G 4, where the production two-tile kernel gives a calibration) and NT = 8 (64 columns; with wgmma
 // also with the scores against the queries' hi part alone) are timed at B 32, 8 kv heads, d 128, 32K tokens, next
 // to a device copy of the cache.
-//   nvcc -O3 -arch=sm_90 -o mq64_proto experiments/mq64_proto.cu && ./mq64_proto
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o mq64_proto experiments/mq64_proto.cu && ./mq64_proto
+// (sm_90a for wgmma, as wgmma_peak.cu)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
