@@ -2,8 +2,11 @@
 # Build, test and benchmark the CUDA kernels on the GPU machine, in one go.
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
-#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64
+#        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64,
+#        shapes,mq
 #        (default: the first six)
+#   shapes: the shapes (32/8, 64/8, 128/8, 16/2 at 32K) and SDPA on each, into shapes.txt (SHAPE_FORMATS);
+#   mq: the multi-query table (--q-len 2,4,16 at 32/8) into multi_query.txt
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -214,6 +217,37 @@ if has sdpa; then
       --head-dim 128 --ctx $ctx >> "$OUT/sdpa.jsonl" 2>> "$OUT/errors.log" ||
       { status=1; echo "sdpa ctx $ctx failed:"; tail -5 "$OUT/errors.log"; }
   done
+fi
+
+if has shapes; then
+  # The shapes at 32K, B 32, d 128 (query heads / kv heads: 32/8, 64/8, 128/8, 16/2), the decode of
+  # SHAPE_FORMATS against our FP16, then torch SDPA on each shape in the same session (kernels/shapes_*.txt).
+  SHAPE_FORMATS=${SHAPE_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turboquant_k8v4 turbo3 turbo4}
+  SF=$(for f in $SHAPE_FORMATS; do printf -- '--format %s ' "$f"; done)
+  : > "$OUT/shapes.txt"
+  for s in "32 8" "64 8" "128 8" "16 2"; do
+    echo "== ${s% *}/${s#* }" >> "$OUT/shapes.txt"
+    timeout 120 "$BUILD/tq-bench" $SF --batch 32 --q-heads ${s% *} --kv-heads ${s#* } --head-dim 128 --ctx 32768 \
+      --layout vllm --dequant none >> "$OUT/shapes.txt" 2>> "$OUT/errors.log" ||
+      { status=1; echo "tq-bench ${s% *}/${s#* } failed:"; tail -5 "$OUT/errors.log"; }
+  done
+  echo "== torch SDPA (fp16 cache, enable_gqa)" >> "$OUT/shapes.txt"
+  for s in "32 8" "64 8" "128 8" "16 2"; do
+    PYTHONUNBUFFERED=1 timeout 90 python3 "$ROOT/experiments/bench_sdpa.py" --batch 32 --q-heads ${s% *} \
+      --kv-heads ${s#* } --head-dim 128 --ctx 32768 >> "$OUT/shapes.txt" 2>> "$OUT/errors.log" ||
+      { status=1; echo "sdpa ${s% *}/${s#* } failed:"; tail -5 "$OUT/errors.log"; }
+  done
+  cat "$OUT/shapes.txt"
+fi
+
+if has mq; then
+  # The multi-query table at 32/8/128, 32K, B 32 (kernels/multi_query_tqbench*.txt): fused decode, one single-query
+  # decode and q_len of them, our FP16 decode at the same q_len.
+  timeout 200 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc --format turboquant_3bit_nc \
+    --format turboquant_k8v4 --batch 32 --block-size 16 --layout vllm --dequant none --head-dim 128 --q-heads 32 \
+    --kv-heads 8 --ctx 32768 --q-len 2,4,16 > "$OUT/multi_query.txt" 2>> "$OUT/errors.log" ||
+    { status=1; echo "tq-bench --q-len failed:"; tail -5 "$OUT/errors.log"; }
+  cat "$OUT/multi_query.txt"
 fi
 
 if has models; then
