@@ -21,8 +21,9 @@
 // q_len 4 at G 4, where the production two-tile kernel gives a calibration) and NT = 8 (64 columns; with wgmma
 // also with the scores against the queries' hi part alone) are timed at B 32, 8 kv heads, d 128, 32K tokens, next
 // to a device copy of the cache.
-//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o mq64_proto experiments/mq64_proto.cu && ./mq64_proto
-// (sm_90a for wgmma, as wgmma_peak.cu)
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -Ikernels/src -Ikernels/include -Ilib/include \
+//     -o mq64_proto experiments/mq64_proto.cu && ./mq64_proto
+// (sm_90a for wgmma, as wgmma_peak.cu; the kernels' headers for their device helpers, dev::)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -36,9 +37,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "decode_common.cuh"  // the kernels' device helpers (dev::)
 #include "wgmma_common.cuh"
 
 namespace {
+
+namespace dev = tq::cuda::dev;
 
 constexpr int D = 128;          // head dim
 constexpr int kSlot = 144;      // bytes per token and kv head
@@ -62,49 +66,8 @@ struct Smem {
   float red[2][kWarps][NT * 8];                 // per-warp column maxima (double-buffered), then l and Σp·zero
 };
 
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
-  uint32_t y;
-  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
-  return y;
-}
-__device__ __forceinline__ float ex2(float x) {  // 2^x (MUFU.EX2; −∞ → 0)
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-// W (wgmma, sm_90a): d (+)= A·B^T for the warpgroup, m64n64k16, A = this thread's mma.sync A fragment (warp w: rows
-// 16w …), B from shared memory (desc), d in the mma.sync C layout of 8 N-tiles; scale_d = 0: d = A·B^T.
-__device__ __forceinline__ void wgmma64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
-        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
-        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
-        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
-}
 
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
 
 // Issue tile `tile`'s pages of (b, h) into ring stage `stage` (every thread; one commit group per call).
 __device__ __forceinline__ void load_tile(uint8_t* stage, const uint8_t* __restrict__ cache,
@@ -115,10 +78,10 @@ __device__ __forceinline__ void load_tile(uint8_t* stage, const uint8_t* __restr
       const int tok = tile * kTile + t;
       const int64_t page = table[tok / kPage];
       const uint8_t* src = cache + ((page * kPage + tok % kPage) * kv_heads + h) * int64_t(kSlot) + 16 * c;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(stage + t * kSlot + 16 * c)), "l"(src));
+      dev::cp_async16_full(dev::smem_u32(stage + t * kSlot + 16 * c), src);
     }
   }
-  asm volatile("cp.async.commit_group;\n" ::);
+  dev::cp_async_commit();
 }
 
 // out[b][h][col][D]: the attention of the 8·NT query columns of (b, h) over ctx tokens (ctx a multiple of 64).
@@ -141,7 +104,7 @@ __global__ void __launch_bounds__(128, 2)
   for (int s = 0; s < kStages - 1; ++s) load_tile(sm.ring[s], cache, tab, kv_heads, h, s, tiles);
   for (int i = tid; i < 256 * 32; i += blockDim.x) {
     const int code = i >> 5;
-    sm.lut[i] = pack_half2(kLutScale * centroids[code & 15], kLutScale * centroids[code >> 4]);
+    sm.lut[i] = dev::pack_half2(kLutScale * centroids[code & 15], kLutScale * centroids[code >> 4]);
   }
   for (int i = tid; i < NT * 8 * 32; i += blockDim.x) sm.q[i] = qf[int64_t(bh) * NT * 8 * 32 + i];
   static_assert(!W || NT == 8, "wgmma m64n64: 64 columns");
@@ -156,10 +119,10 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
     for (int j = 0; j < 2; ++j) o[j][nt][0] = o[j][nt][1] = o[j][nt][2] = o[j][nt][3] = 0.f;
   }
-  const uint32_t lut_lane = smem_u32(sm.lut) + 4u * lane;
+  const uint32_t lut_lane = dev::smem_u32(sm.lut) + 4u * lane;
 
   for (int it = 0; it < tiles; ++it) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    dev::cp_async_wait<kStages - 2>();
     __syncthreads();  // tile it landed for every thread; stage (it − 1) % S is free
     load_tile(sm.ring[(it + kStages - 1) % kStages], cache, tab, kv_heads, h, it + kStages - 1, tiles);
     const uint8_t* st = sm.ring[it % kStages];
@@ -182,8 +145,8 @@ __global__ void __launch_bounds__(128, 2)
       const int wd = k >> 1, sh = 16 * (k & 1);
       const uint32_t b0 = (kw0[wd] >> sh) & 0xffu, b1 = (kw0[wd] >> (sh + 8)) & 0xffu;
       const uint32_t c0 = (kw8[wd] >> sh) & 0xffu, c1 = (kw8[wd] >> (sh + 8)) & 0xffu;
-      const uint32_t a[4] = {lds32(lut_lane + 128u * b0), lds32(lut_lane + 128u * c0), lds32(lut_lane + 128u * b1),
-                             lds32(lut_lane + 128u * c1)};
+      const uint32_t a[4] = {dev::lds_u32(lut_lane + 128u * b0), dev::lds_u32(lut_lane + 128u * c0), dev::lds_u32(lut_lane + 128u * b1),
+                             dev::lds_u32(lut_lane + 128u * c1)};
       if constexpr (W) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) ka[k][i] = a[i];
@@ -191,19 +154,19 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const uint4 q = sm.q[(nt * 8 + k) * 32 + lane];
-          mma16816(sacc[nt], a, q.x, q.y);
-          if constexpr (kLo) mma16816(sacc[nt], a, q.z, q.w);
+          dev::mma_16816(sacc[nt], a, q.x, q.y);
+          if constexpr (kLo) dev::mma_16816(sacc[nt], a, q.z, q.w);
         }
       }
     }
     if constexpr (W) {  // k-step k's 16 dims start 256 bytes into each tile; lo accumulates onto hi
-      const uint32_t qhi = smem_u32(sm.q), qlo = qhi + 64 * 128 * 2;
+      const uint32_t qhi = dev::smem_u32(sm.q), qlo = qhi + 64 * 128 * 2;
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qhi + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
+      for (int k = 0; k < 8; ++k) wgmma_rs<64>(sacc, ka[k], smem_desc(qhi + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
       if constexpr (kLo) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) wgmma64(sacc, ka[k], smem_desc(qlo + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
+        for (int k = 0; k < 8; ++k) wgmma_rs<64>(sacc, ka[k], smem_desc(qlo + 256 * k, kLeadingBytes, stride_bytes(D)), 1);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -244,7 +207,7 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const float mn = fmaxf(m_run[nt][c], mt[c]);
-        alpha[nt][c] = ex2(m_run[nt][c] - mn);  // 0 on the first tile (m_run = −∞)
+        alpha[nt][c] = dev::ex2_fast(m_run[nt][c] - mn);  // 0 on the first tile (m_run = −∞)
         moved |= mn != m_run[nt][c];
         m_run[nt][c] = mn;
       }
@@ -268,14 +231,14 @@ __global__ void __launch_bounds__(128, 2)
     for (int nt = 0; nt < NT; ++nt) {
       float pw[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) pw[e] = ex2(sacc[nt][e] - m_run[nt][e & 1]);
+      for (int e = 0; e < 4; ++e) pw[e] = dev::ex2_fast(sacc[nt][e] - m_run[nt][e & 1]);
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         l[nt][c] += pw[c] + pw[c + 2];
         zs[nt][c] = fmaf(pw[c], z0, fmaf(pw[c + 2], z8, zs[nt][c]));
       }
-      const uint32_t h0 = pack_half2(pw[0] * sc0, pw[1] * sc0), h8 = pack_half2(pw[2] * sc8, pw[3] * sc8);
-      const uint32_t y0 = movmatrix_trans(h0), y8 = movmatrix_trans(h8);  // tokens 2p, 2p + 1 (+ 8) of column r
+      const uint32_t h0 = dev::pack_half2(pw[0] * sc0, pw[1] * sc0), h8 = dev::pack_half2(pw[2] * sc8, pw[3] * sc8);
+      const uint32_t y0 = dev::movmatrix_trans(h0), y8 = dev::movmatrix_trans(h8);  // tokens 2p, 2p + 1 (+ 8) of column r
       if constexpr (W) {
         uint8_t* tile = reinterpret_cast<uint8_t*>(sm.pb[buf]);
         *reinterpret_cast<uint32_t*>(tile + b_offset(8 * nt + r, 16 * w + 2 * p, 64)) = y0;
@@ -312,25 +275,25 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const uint2 pbv = sm.pb[buf][kk][nt][lane];
-          mma16816(o[0][nt], a[0], pbv.x, pbv.y);
-          mma16816(o[1][nt], a[1], pbv.x, pbv.y);
+          dev::mma_16816(o[0][nt], a[0], pbv.x, pbv.y);
+          dev::mma_16816(o[1][nt], a[1], pbv.x, pbv.y);
         }
       }
     }
     if constexpr (W) {  // block j of 64 dims (warp w: its rows 16w …), k-step kk's 16 tokens 256 bytes in
-      const uint32_t tile = smem_u32(sm.pb[buf]);
+      const uint32_t tile = dev::smem_u32(sm.pb[buf]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kWarps; ++kk) {
         const uint64_t desc = smem_desc(tile + 256 * kk, kLeadingBytes, stride_bytes(kTile));
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wgmma64(o[j], va[kk][j], desc, 1);
+        for (int j = 0; j < 2; ++j) wgmma_rs<64>(o[j], va[kk][j], desc, 1);
       }
       wgmma_commit();
       wgmma_wait<0>();
     }
   }
-  asm volatile("cp.async.wait_group 0;\n" ::);
+  dev::cp_async_wait<0>();
 
   // ---- Σp and Σp·zero over the CTA's lanes and warps, then O = (2^24 · acc + Σp·zero) / Σp ----
 #pragma unroll

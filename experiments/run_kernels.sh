@@ -225,14 +225,15 @@ if has shapes; then
   SHAPE_FORMATS=${SHAPE_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turboquant_k8v4 turbo3 turbo4}
   SF=$(for f in $SHAPE_FORMATS; do printf -- '--format %s ' "$f"; done)
   : > "$OUT/shapes.txt"
-  for s in "32 8" "64 8" "128 8" "16 2"; do
+  shape_list=("32 8" "64 8" "128 8" "16 2")  # query heads, kv heads
+  for s in "${shape_list[@]}"; do
     echo "== ${s% *}/${s#* }" >> "$OUT/shapes.txt"
     timeout 120 "$BUILD/tq-bench" $SF --batch 32 --q-heads ${s% *} --kv-heads ${s#* } --head-dim 128 --ctx 32768 \
       --layout vllm --dequant none >> "$OUT/shapes.txt" 2>> "$OUT/errors.log" ||
       { status=1; echo "tq-bench ${s% *}/${s#* } failed:"; tail -5 "$OUT/errors.log"; }
   done
   echo "== torch SDPA (fp16 cache, enable_gqa)" >> "$OUT/shapes.txt"
-  for s in "32 8" "64 8" "128 8" "16 2"; do
+  for s in "${shape_list[@]}"; do
     PYTHONUNBUFFERED=1 timeout 90 python3 "$ROOT/experiments/bench_sdpa.py" --batch 32 --q-heads ${s% *} \
       --kv-heads ${s#* } --head-dim 128 --ctx 32768 >> "$OUT/shapes.txt" 2>> "$OUT/errors.log" ||
       { status=1; echo "sdpa ${s% *}/${s#* } failed:"; tail -5 "$OUT/errors.log"; }
@@ -320,8 +321,9 @@ if has mq64; then
   # The speed prototype of a multi-query decode that decodes each key and value once for 64 query columns
   # (experiments/mq64_proto.cu: mma.sync at 16 and 64 columns, wgmma at 64; checked against float64 first).
   mkdir -p "$BUILD"
-  { nvcc -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -o "$BUILD/mq64_proto" "$ROOT/experiments/mq64_proto.cu" \
-      2>&1 | grep -E "error|registers|spill" && timeout 200 "$BUILD/mq64_proto"; } > "$OUT/mq64_proto.txt" 2>&1 ||
+  { nvcc -O3 -gencode arch=compute_90a,code=sm_90a -I"$ROOT/kernels/src" -I"$ROOT/kernels/include" -I"$ROOT/lib/include" \
+      -Xptxas -v -o "$BUILD/mq64_proto" "$ROOT/experiments/mq64_proto.cu" 2>&1 | grep -E "error|registers|spill" &&
+      timeout 200 "$BUILD/mq64_proto"; } > "$OUT/mq64_proto.txt" 2>&1 ||
     { status=1; echo "mq64 step failed:"; }
   cat "$OUT/mq64_proto.txt"
 fi
