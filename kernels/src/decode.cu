@@ -132,6 +132,12 @@ int balance_slots(int batch, int max_tiles, int slots, int splits) {
   return balanced <= 0.98 * usual ? slots : 0;
 }
 
+// The CTA merges its warps' parts (KernelTraits::kCtaMerge) from 4 warps per kv head (plan_stage1) and where a
+// work item averages at least 2048 tokens (finish_plan). Same-call A/B, one H100, B 32, 32K, merge at every
+// warps-per-head count: 16/2 (8 warps per head) −1.4 … −6.3%, 32/8 and 64/8 (2 warps) up to +2.5%; at batch 1, 4K
+// (≤ 128 tokens per item) 16/2 and 32/4 +5 … +24% for all but 3bit_nc.
+constexpr int kCtaMergeMinWarps = 4, kCtaMergeMinItemTokens = 2048;
+
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan, bool balance) {
   const int tile = sub_tokens * plan.warps_per_head, batch = p.blocks.batch;
   const int groups = batch * plan.head_groups, slots = sm_count * plan.ctas_per_sm;
@@ -148,11 +154,18 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   // max_seq_len tokens gets ≤ max_tiles items, and every other sequence has ≥ 1. With more
   // items than sequences parts > 1 even so, so the parts always go through the workspace
   // and the merge (a sequence longer than max_seq_len may take several items).
-  plan.parts = plan.items == batch ? plan.warps_per_head
-                                   : std::max(2, std::min(plan.items - batch + 1, max_tiles) * plan.warps_per_head);
+  // (the CTA merge, where plan_stage1 chose it, only for long work items: max_seq_len tokens per sequence dealt
+  // over its items; the kernel's occupancy was asked of the merging kernel, whose shared memory and threads are the
+  // same)
+  if (plan.part_warps == 1 && plan.warps_per_head > 1 &&
+      int64_t(p.max_seq_len) * batch < int64_t(kCtaMergeMinItemTokens) * plan.items)
+    plan.part_warps = plan.warps_per_head;
+  if (plan.part_warps <= 0) plan.part_warps = plan.warps_per_head;
+  plan.parts = plan.items == batch ? plan.part_warps
+                                   : std::max(2, std::min(plan.items - batch + 1, max_tiles) * plan.part_warps);
   plan.workspace_bytes = 0;
   if (plan.parts > 1)
-    plan.workspace_bytes = WorkspaceLayout(plan.items, p.n_q_heads, plan.warps_per_head, head_dim, batch).bytes;
+    plan.workspace_bytes = WorkspaceLayout(plan.items, p.n_q_heads, plan.part_warps, head_dim, batch).bytes;
 }
 
 // Static shared memory of the quantized decode kernel: LUT (not wide), sign LUT, barriers, centroids.
@@ -204,6 +217,26 @@ RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
     r.dyn_bytes = pieces * half + qbytes;
   }
   return r;
+}
+
+// Where a CTA of this layout merges its warps' parts (DecodeArgs::merge), or 0 where their staging areas
+// (merge_stage_floats per warp, `warps` warps) do not fit in what the main loop no longer needs: the ring below
+// the q buffers (kMergeAtBase: ring_bytes of pieces; the wide ring's first form: its low pieces and the LUT), or
+// the LUT and the pieces above it (kMergeAtLut2: the second form, whose q buffers sit below the LUT).
+template <class C>
+int merge_site(const RingLayout& rl, int ring_bytes, int warps) {
+  const int need = warps * (8 * C::kD + 8) * 4;
+  if constexpr (QCfg<C>::kWide) {
+    if (rl.hi == kRingHi) return int(rl.qbuf - kBaseMax) >= need ? kMergeAtBase : 0;
+    return rl.dyn_bytes + int(kBaseMin) - int(kLutAddr2) >= need ? kMergeAtLut2 : 0;
+  } else {
+    return ring_bytes >= need ? kMergeAtBase : 0;
+  }
+}
+template <class C>
+int merge_site(bool planes, int hpc, int wph, int stages, int warps) {
+  const RingLayout rl = ring_layout<C>(planes, hpc, wph, stages, ring_limit<QCfg<C>>());
+  return merge_site<C>(rl, 2 * wph * stages * 16 * ring_row<C>(planes, hpc), warps);
 }
 
 // The cache's tensor map for the TM kernels (tm_copies): 2-D, 8-byte elements; x: the bytes of
@@ -393,8 +426,14 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       }
       plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
       const QuerySlicing slicing = dual ? QuerySlicing::both : sliced ? QuerySlicing::one : QuerySlicing::whole;
+      // single-query, ≥ 4 warps per kv head: the CTA merges their parts where the staging fits (merge_site), so
+      // the workspace and the merge kernel see one part per work item (kCtaMergeMinWarps; finish_plan may undo it)
+      if (!multi && !planes && !plan.tensor_map && slicing == QuerySlicing::whole &&
+          plan.warps_per_head >= kCtaMergeMinWarps &&
+          merge_site<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, plan.threads / 32))
+        plan.part_warps = 1;
       const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols * tiles), plan.heads_per_cta,
-                                plan.warps_per_head, slicing, plan.tensor_map, multi, tiles};
+                                plan.warps_per_head, slicing, plan.tensor_map, multi, tiles, plan.part_warps == 1};
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
     // the balanced dealing only at G ≤ 4 query columns per kv head: planner_ab.py on one H100 (B 32, 32K) put even
@@ -488,6 +527,12 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
+    a.merge = 0;
+    if (plan.part_warps == 1 && plan.warps_per_head > 1) {
+      a.merge = merge_site<C>(rl, 2 * plan.warps_per_head * a.stages * 16 * ring_row<C>(planes, plan.heads_per_cta),
+                              plan.threads / 32);
+      if (!a.merge) throw_error("paged_decode: plan does not match this format (use plan_decode)");
+    }
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));
     CUtensorMap map{};
     const bool tm = plan.tensor_map && encode_cache_map(cache, Q::kSlot, plan.heads_per_cta, map);
@@ -519,7 +564,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     } else {
       for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
         const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head,
-                                  sliced ? QuerySlicing::one : QuerySlicing::whole, tm};
+                                  sliced ? QuerySlicing::one : QuerySlicing::whole, tm, false, 1, a.merge != 0};
         decode_kernel_launch<C>(sel, s, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
       });
     }

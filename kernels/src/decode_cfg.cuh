@@ -61,6 +61,7 @@ struct DecodeKernelSel {
   bool tensor_map = false;  // tm_copies: one tensor-map box per 16-token half
   bool causal = false;      // multi-query (q_len > 1): the causal kernels (KernelTraits::kCausal)
   int column_tiles = 1;     // causal: 8-column N-tiles per warp (KernelTraits::kNTiles)
+  bool cta_merge = false;   // the CTA merges its warps' parts (KernelTraits::kCtaMerge; DecodePlan::part_warps 1)
 };
 
 // Multi-query decode (DecodeParams::q_len > 1): the launch's columns are virtual query heads
@@ -219,7 +220,7 @@ constexpr bool tm_copies(bool planes, bool sliced, int hpc, int n_kv_heads) {
 // holds, and the choices of data layout in registers and shared memory that follow from them.
 // pick_kernel maps a launch's DecodeKernelSel to one of these.
 template <class Fmt, bool Planes, bool Packed, int Heads, QuerySlicing Slicing, bool TensorMap, bool Causal = false,
-          int NTiles = 1>
+          int NTiles = 1, bool CtaMerge = false>
 struct KernelTraits {
   using C = Fmt;
   using Q = QCfg<Fmt>;
@@ -249,12 +250,20 @@ struct KernelTraits {
   // multi-query: per-column causal limits (MultiQuery, CausalTables); sub-tiles that reach past the
   // first column's limit take the masked body
   static constexpr bool kCausal = Causal;
+  // the CTA merges its warps' parts in shared memory after the main loop (DecodeArgs::merge,
+  // merge_warp_parts): single-query, one N-tile, ≤ 4 kv heads per CTA (so ≥ 4 warps per head). A separate
+  // instantiation, so the kernels without it keep their code (the merge's registers moved ptxas's
+  // schedules: +0.4 … +5.6% at batch 1, 4K, 32/8 where it was only compiled in)
+  static constexpr bool kCtaMerge = CtaMerge;
 
   static_assert(!TensorMap || (Heads == 8 && !Planes && Slicing == QuerySlicing::whole && tm_rows<Fmt>(8)),
                 "tensor-map boxes: 8-head kernels whose rows tm_rows accepts");
   static_assert(!Planes || (Q::kMse && Fmt::kValueBits == 4 && Q::kSlot == Fmt::kIdxBytes + Fmt::kValueCodeBytes + 6),
                 "plane layout: mse keys, 4-bit values, no pad byte");
   static_assert(!(Packed && Slicing == QuerySlicing::both), "two query slices have G > 8 columns");
+  static_assert(!CtaMerge || (NTiles == 1 && !Causal && !TensorMap && !Planes && Slicing == QuerySlicing::whole &&
+                              (Heads == 0 || Heads == 2 || Heads == 4)),
+                "the CTA merge: single-query kernels of ≤ 4 kv heads per CTA (or run-time heads)");
 
   // query fragment sets: hi + lo packed in one, or hi and lo
   static constexpr int kQSets = Packed ? 1 : 2;

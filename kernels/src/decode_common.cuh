@@ -36,8 +36,8 @@ struct DecodeArgs {
   int64_t q_sb, q_sh;
   __half* out;  // fp16, or bf16 bits where bf16 (below)
   int64_t o_sb, o_sh;
-  float* o_part;    // [n_q_heads, items, warps_per_head, D] (parts > 1): item i's warp w's partial output
-  float* lse_part;  // [n_q_heads, items, warps_per_head], log2 domain; −inf = empty part
+  float* o_part;    // [n_q_heads, items, part_warps, D] (parts > 1): item i's warp w's partial output (or the CTA's)
+  float* lse_part;  // [n_q_heads, items, part_warps], log2 domain; −inf = empty part
   int2* seq_items;  // [batch] (items > batch, FP16 decode): sequence b's first work item and item count
   const int32_t* table;
   int table_stride;
@@ -60,9 +60,15 @@ struct DecodeArgs {
   int ring_split;
   uint32_t ring_hi, qbuf_addr;
   float scale_log2;  // attn_scale · log2(e)
+  int part_warps;  // DecodePlan's: the parts of one work item (the merge's rows per item)
+  // quantized decode, part_warps 1 with several warps per head: where the CTA merges its warps' parts after
+  // the main loop (the ring is idle then): kMergeAtBase, the dynamic base; kMergeAtLut2, shared address
+  // kLutAddr2 (the wide ring's second form, whose q buffers sit below it); 0: each warp writes its own part
+  int merge;
 };
-static_assert(offsetof(DecodeArgs, seq_lens) == 88 && sizeof(DecodeArgs) == 160,
+static_assert(offsetof(DecodeArgs, seq_lens) == 88 && sizeof(DecodeArgs) == 168,
               "DecodeArgs: bf16 sits in the padding after table_stride (the kernels' parameter offsets as without it)");
+constexpr int kMergeAtBase = 1, kMergeAtLut2 = 2;
 
 namespace dev {
 
@@ -453,12 +459,12 @@ struct StagedQueries {
 };
 
 // The split-KV workspace: partial outputs [rows, head_dim] fp32, their LSEs [rows], each
-// sequence's (first item, item count) [batch] (FP16 decode); rows = items · n_q_heads · wph;
+// sequence's (first item, item count) [batch] (FP16 decode); rows = items · n_q_heads · part_warps;
 // 256-byte aligned pieces.
 struct WorkspaceLayout {
   size_t lse_off, items_off, bytes;
-  WorkspaceLayout(int items, int n_q_heads, int wph, int head_dim, int batch) {
-    const size_t rows = size_t(items) * size_t(n_q_heads) * size_t(wph);
+  WorkspaceLayout(int items, int n_q_heads, int part_warps, int head_dim, int batch) {
+    const size_t rows = size_t(items) * size_t(n_q_heads) * size_t(part_warps);
     lse_off = (rows * size_t(head_dim) * 4 + 255) / 256 * 256;
     items_off = lse_off + (rows * 4 + 255) / 256 * 256;
     bytes = items_off + size_t(batch) * 8;
@@ -477,7 +483,7 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.out = static_cast<__half*>(p.out);
   a.o_sb = p.o_stride_batch;
   a.o_sh = p.o_stride_head;
-  const WorkspaceLayout wl(plan.items, p.n_q_heads, plan.warps_per_head, head_dim, p.blocks.batch);
+  const WorkspaceLayout wl(plan.items, p.n_q_heads, plan.part_warps, head_dim, p.blocks.batch);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   a.o_part = static_cast<float*>(workspace);
   a.lse_part = ws ? reinterpret_cast<float*>(ws + wl.lse_off) : nullptr;
@@ -494,6 +500,7 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.batch = p.blocks.batch;
   a.items = plan.items;
   a.parts = plan.parts;
+  a.part_warps = plan.part_warps;
   a.scale_log2 = p.attn_scale * 1.4426950408889634f;
   a.bf16 = p.dtype == Dtype16::bf16 ? 1 : 0;
   return a;

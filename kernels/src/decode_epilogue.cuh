@@ -1,7 +1,9 @@
 // The quantized decode's write-out (decode_kernel.cuh): each warp's part O = (Σ c·P' (scaled
 // back) + Σ p·zero) / Σ p, to the output row (parts == 1) or to the workspace with its
-// log-sum-exp for the merge kernel (decode.cu). Turbo formats rotate back here: the value sum
-// is linear in the codes, so the inverse rotation runs once per part, not per token.
+// log-sum-exp for the merge kernel (decode.cu) — or, where the CTA merges its warps' parts first
+// (DecodeArgs::merge), to a staging area in shared memory, which merge_warp_parts then reduces to
+// one part per work item. Turbo formats rotate back here: the value sum is linear in the codes, so
+// the inverse rotation runs once per part, not per token.
 #pragma once
 
 #include <cmath>
@@ -17,14 +19,23 @@ namespace tq::cuda {
 
 namespace {
 
+// Floats of one warp's staging area (DecodeArgs::merge): its ≤ 8 columns' outputs (C::kD each), then their
+// log-sum-exps.
+template <class K>
+constexpr int merge_stage_floats() {
+  return 8 * K::C::kD + 8;
+}
+
 // acc, acc2: the warp's value sums; sm, zs: its softmax state and Σ p·zero partials; qbuf: its
 // staging row; s_row: the CTA's item row (shared); ws: the warp's sub-tile; kvh, g0: its kv head
-// and first query column; group(): its columns; v_s: kValueWords/kValuePairs code offset.
+// and first query column; group(): its columns; v_s: kValueWords/kValuePairs code offset; stage (K::kCtaMerge):
+// this warp's staging area (merge_stage_floats; column g's output at g · C::kD, its lse at 8 · C::kD + g), else
+// unused: the part goes to the workspace or the output row.
 template <class K, class T, class Group>
 __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typename K::Acc& acc,
                                             typename K::QjlAcc& acc2, const Softmax32& sm, const float (&zs)[2],
                                             float* qbuf, const int& s_row, const Group& group, int lane, int r, int p,
-                                            int v_s, int warps_per_head, int ws, int kvh, int g0) {
+                                            int v_s, int warps_per_head, int ws, int kvh, int g0, float* stage) {
   using C = typename K::C;
   using Q = typename K::Q;
   using Values = typename Q::Values;
@@ -102,12 +113,19 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
         const int j = lane + 32 * k;
         if (j >= C::kD) continue;
         const float v = y[k] * ((t.s1[k & 3] >> lane) & 1u ? -osc : osc);
-        if (a.parts == 1)
+        if constexpr (K::kCtaMerge)
+          stage[g * C::kD + j] = v;
+        else if (a.parts == 1)
           out_row(qh_idx)[j] = __ushort_as_half(dev::act_from_float(v, a.bf16 != 0));
         else
           a.o_part[row * C::kD + j] = v;
       }
-      if (a.parts > 1 && lane == 0) a.lse_part[row] = lse_g;
+      if (lane == 0) {
+        if constexpr (K::kCtaMerge)
+          stage[8 * C::kD + g] = lse_g;
+        else if (a.parts > 1)
+          a.lse_part[row] = lse_g;
+      }
     }
   } else {
 #pragma unroll
@@ -134,7 +152,13 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
         if constexpr (kValueWords) return 4 * ((2 * r + v_s + 16 * (i >> 2) + ((i >> 1) & 1)) & (D / 4 - 1)) + 2 * (i & 1);
         return Q::out_dim(r, i);
       };
-      if (a.parts == 1) {
+      if constexpr (K::kCtaMerge) {
+        float* o = stage + g * D;
+#pragma unroll
+        for (int i = 0; i < kAccTiles; ++i)
+          *reinterpret_cast<float2*>(o + vdim(i)) = make_float2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
+        if (r == 0 && (!kValuePairs || p < 2)) stage[8 * D + g] = sm.lse(c, l);
+      } else if (a.parts == 1) {
         __half* o = out_row(qh_idx);
 #pragma unroll
         for (int i = 0; i < kAccTiles; ++i)
@@ -149,6 +173,42 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
               make_float2(val(acc[i][c], i, false), val(acc[i][c + 2], i, true));
         if (r == 0 && (!kValuePairs || p < 2)) a.lse_part[row] = sm.lse(c, l);
       }
+    }
+  }
+}
+
+// The CTA's merge of its warps' parts (DecodeArgs::merge), after every warp's write_parts into its staging
+// area (base: warp 0's; warp hl + heads · (ws + warps_per_head · slice) holds kv head hl's sub-tile ws of
+// column slice `slice`): per (kv head, query column, dim), the log-sum-exp weighted sum of the warps' parts,
+// written as the item's one part (DecodePlan::part_warps 1) or, parts == 1, to the output row.
+template <class K>
+__device__ __forceinline__ void merge_warp_parts(const DecodeArgs& a, const float* base, int s_row, int heads,
+                                                 int warps_per_head, int hg) {
+  constexpr int OD = K::C::kD, kStage = merge_stage_floats<K>(), kSlices = K::kSlices;
+  const int n = heads * kSlices * 8 * OD, step = heads * kStage;  // step: warp ws → ws + 1
+  for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
+    const int j = i % OD, g = i / OD % 8, hs = i / (OD * 8), hl = hs % heads, slice = hs / heads, g0 = 8 * slice;
+    if (g >= (kSlices == 1 ? a.group : min(8, a.group - g0))) continue;
+    const float* w0 = base + (hl + heads * warps_per_head * slice) * kStage;
+    float m = -INFINITY;
+    for (int ws = 0; ws < warps_per_head; ++ws) m = fmaxf(m, w0[ws * step + 8 * OD + g]);
+    float num = 0.f, den = 0.f;
+    if (m != -INFINITY) {
+      for (int ws = 0; ws < warps_per_head; ++ws) {
+        const float w = exp2f(w0[ws * step + 8 * OD + g] - m);
+        den += w;
+        num += w > 0.f ? w * w0[ws * step + g * OD + j] : 0.f;  // (an empty part's output is never read)
+      }
+    }
+    const float v = den > 0.f ? num / den : 0.f;
+    const int qh_idx = dev::query_head<K::kSliced>(a, hg * heads + hl, g0 + g);
+    if (a.parts == 1) {
+      a.out[int64_t(blockIdx.x) * a.o_sb + int64_t(qh_idx) * a.o_sh + j] =
+          __ushort_as_half(dev::act_from_float(v, a.bf16 != 0));
+    } else {
+      const int64_t row = int64_t(qh_idx) * a.items + s_row;
+      a.o_part[row * OD + j] = v;
+      if (j == 0) a.lse_part[row] = den > 0.f ? m + __log2f(den) : -INFINITY;
     }
   }
 }

@@ -311,11 +311,28 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // (Signalled at the start of the main loop, the waiting merge CTAs would take SM slots from it.)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
+  // K::kCtaMerge: the warps' parts to a staging area over the idle ring (DecodeArgs::merge says where), then one
+  // part per item (merge_warp_parts); else each warp's to the workspace or the output
+  float* stage = nullptr;
+  [[maybe_unused]] const uint32_t merge_at = a.merge == kMergeAtLut2 ? kLutAddr2 : dyn_base;
+  if constexpr (K::kCtaMerge) {
+    uint32_t dyn_size;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_size));
+    if (a.merge == 0 || merge_at + uint32_t(nwarps * merge_stage_floats<K>() * 4) > dyn_base + dyn_size)
+      __trap();  // (the planner's merge_site)
+    __syncthreads();  // every warp is done reading the ring
+    stage = reinterpret_cast<float*>(smem + (merge_at - dyn_base)) + warp * merge_stage_floats<K>();
+  }
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
     auto tile_cols = [&] { return tile_group(n); };
     write_parts<K>(a, t, acc[n], acc2, sm[n], zs[n], qbuf, s_row, tile_cols, lane, r, p, v_s, warps_per_head, ws, kvh,
-                   g0 + 8 * n);
+                   g0 + 8 * n, stage);
+  }
+  if constexpr (K::kCtaMerge) {
+    __syncthreads();
+    merge_warp_parts<K>(a, reinterpret_cast<const float*>(smem + (merge_at - dyn_base)), s_row, heads, warps_per_head,
+                        hg);
   }
 }
 
@@ -367,6 +384,14 @@ void pick_kernel(const DecodeKernelSel& sel, Fn&& fn) {
     } else if constexpr (S == QuerySlicing::both) {  // group = G > 8
       return fn(decode_kernel<KernelTraits<C, P, false, H, S, false>>);
     } else {
+      if constexpr (!P && S == QuerySlicing::whole && (H == 0 || H == 2 || H == 4)) {
+        if (sel.cta_merge) {
+          using PackedM = KernelTraits<C, false, true, H, S, false, false, 1, true>;
+          using UnpackedM = KernelTraits<C, false, false, H, S, false, false, 1, true>;
+          return sel.group <= 4 ? fn(decode_kernel<PackedM>) : fn(decode_kernel<UnpackedM>);
+        }
+      }
+      if (sel.cta_merge) throw_error("paged_decode: no CTA-merge kernel for this plan (internal)");
       using Packed = KernelTraits<C, P, true, H, S, false>;
       using Unpacked = KernelTraits<C, P, false, H, S, false>;
       return sel.group <= 4 ? fn(decode_kernel<Packed>) : fn(decode_kernel<Unpacked>);

@@ -10,7 +10,8 @@ namespace {
 
 // ---- stage 2: one CTA per (query head, sequence); thread (x, y): dims 2x, 2x + 1 of parts
 // y, y + P, y + 2P, … (P = blockDim.y) of the sequence's parts (its work items' warps:
-// dev::seq_items_of, or DecodeArgs::seq_items), the P partial sums then added in shared memory ----
+// dev::seq_items_of, or DecodeArgs::seq_items; part_warps parts each), the P partial sums then added in shared
+// memory ----
 // The parts' weights 2^(lse − max) are computed once into shared memory, then each
 // thread's loads of its parts are independent, so they are in flight together (a loop
 // reading lse and o part after part measured ~6 µs at 32K, 1.9% of the 4-bit decode). One
@@ -37,8 +38,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   int2 si = tile > 0 ? dev::seq_items_of(a.seq_lens, a.batch, a.items, tile, balance, b) : make_int2(b, 1);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
   if (tile == 0 && a.items != a.batch) si = a.seq_items[b];
-  const int n = si.y * a.warps_per_head;
-  const int64_t row0 = (int64_t(h) * a.items + si.x) * a.warps_per_head;
+  const int n = si.y * a.part_warps;
+  const int64_t row0 = (int64_t(h) * a.items + si.x) * a.part_warps;
   const int d = 2 * x;
   // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
   // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
@@ -121,7 +122,7 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile,
   // common 4–8 parts: P = 1, one thread per pair). P follows an average sequence's parts, not
   // a.parts (the bound for the longest): sized for that bound, every (sequence, head) CTA of
   // a B = 32 merge took 768–1024 threads and the merge ran in several waves.
-  const int avg = std::max(1, a.items * a.warps_per_head / batch);
+  const int avg = std::max(1, a.items * a.part_warps / batch);
   const int pairs = head_dim / 2, P = std::max(1, std::min(kMergeThreads / pairs, avg / 8));
   cfg.gridDim = dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch));  // every query head
   cfg.blockDim = dim3(unsigned(pairs), unsigned(P));

@@ -209,7 +209,11 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
           REQUIRE(plan.query_passes == (dual || tiles2 ? 1 : (g + 7) / 8));
           REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
           if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * (tiles2 ? 8 : warps));  // every warp of the kernel
-          if (h.splits == 1 && plan.warps_per_head == 1) REQUIRE(plan.parts == 1);
+          // parts per work item: every warp's, or one where the CTA merges them (quantized, one N-tile per warp)
+          // (the CTA merges only from 4 warps per head: at 2 the merge costs more than it saves)
+          REQUIRE((plan.part_warps == plan.warps_per_head ||
+                   (!f16 && !tiles2 && plan.warps_per_head >= 4 && plan.part_warps == 1)));
+          if (h.splits == 1 && plan.part_warps == 1) REQUIRE(plan.parts == 1);
         });
       }
     }
@@ -473,11 +477,48 @@ TEST_CASE("decode: sequences longer than the plan's max_seq_len (merge in severa
       c.seed = uint64_t(600 + splits);
       run_decode(c, [&](const DecodePlan& plan, const Filled& F) {
         INFO(fmt << " splits " << plan.num_splits << " items " << plan.items << " parts " << plan.parts
-                 << " warps per head " << plan.warps_per_head);
+                 << " parts per item " << plan.part_warps);
         if (splits > 0)  // the long sequence's items outnumber the parts a pass holds
-          REQUIRE(plan.parts < (plan.items - F.pg.batch + 1) * plan.warps_per_head);
+          REQUIRE(plan.parts < (plan.items - F.pg.batch + 1) * plan.part_warps);
       });
     }
+}
+
+// With ≥ 4 warps per kv head (≤ 4 kv heads per CTA of 16 warps, ≤ 2 of 8) and work items of ≥ 2048 tokens, the CTA
+// merges its warps' parts in shared memory (DecodePlan::part_warps 1): with one split each sequence is one item and
+// goes straight to out, with two its item parts go through the workspace and the merge kernel. Every format, d 64 /
+// 128 / 256, 1–4 kv heads, G 1–8, against float64 attention; the 17-token sequence leaves most warps' parts empty.
+TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, long work items)", "[decode]") {
+  struct H {
+    int hq, hkv, d;
+  };
+  int merged = 0;
+  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4",
+                                "turbo2", "turbo3", "turbo4", "turbo4-qjl"})
+    for (const H h : {H{16, 2, 128}, H{32, 4, 128}, H{8, 1, 128}, H{12, 3, 128}, H{4, 4, 128}, H{16, 2, 64},
+                      H{16, 2, 256}})
+      for (const int splits : {1, 2}) {
+        DecodeCase c;
+        c.fmt = fmt;
+        c.hq = h.hq;
+        c.hkv = h.hkv;
+        c.d = h.d;
+        c.lens = {3000, 17, 4100};
+        c.splits = splits;
+        c.seed = uint64_t(700 + 10 * h.hkv + splits);
+        run_decode(c, [&](const DecodePlan& plan, const Filled& F) {
+          INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d << " splits " << plan.num_splits
+                   << " warps per head " << plan.warps_per_head << " parts per item " << plan.part_warps);
+          REQUIRE((plan.part_warps == plan.warps_per_head || (plan.warps_per_head >= 4 && plan.part_warps == 1)));
+          if (plan.part_warps == 1 && plan.warps_per_head > 1) {
+            ++merged;
+            // one part per item: a sequence of one item writes out directly, else the merge's bound
+            REQUIRE(plan.parts == (splits == 1 ? 1 : plan.items - F.pg.batch + 1));
+          }
+          if (fmt == "turboquant_4bit_nc" && h.d == 128 && h.hkv == 2) REQUIRE(plan.part_warps == 1);  // (the path runs)
+        });
+      }
+  REQUIRE(merged >= 40);
 }
 
 // A constant value vector stores scale 0 (the vLLM presets: (max − min)/15 floored at 1e-8, which is 0

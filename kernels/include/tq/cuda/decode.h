@@ -82,7 +82,10 @@ struct DecodePlan {
                            // quantized: 32 tokens, 16 warps per CTA for mse keys at d ≤ 128, else 8)
   int head_groups = 1;     // n_kv_heads / heads_per_cta
   int parts = 1;           // partial results per (sequence, q head), at most (sizes the merge); 1: every
-                           // sequence is one item of one warp, written straight to out
+                           // sequence is one item, written straight to out
+  int part_warps = 0;      // partial results per work item: warps_per_head, or 1 where a CTA merges its warps'
+                           // parts in shared memory first (quantized, one N-tile per warp, where the idle ring
+                           // holds them: DecodeArgs::merge); 0 before finish_plan (= warps_per_head)
   int threads = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
