@@ -133,9 +133,9 @@ int balance_slots(int batch, int max_tiles, int slots, int splits) {
 }
 
 // The CTA merges its warps' parts (KernelTraits::kCtaMerge) from 4 warps per kv head (plan_stage1) and where a
-// work item averages at least 2048 tokens (finish_plan). Same-call A/B, one H100, B 32, 32K, merge at every
-// warps-per-head count: 16/2 (8 warps per head) −1.4 … −6.3%, 32/8 and 64/8 (2 warps) up to +2.5%; at batch 1, 4K
-// (≤ 128 tokens per item) 16/2 and 32/4 +5 … +24% for all but 3bit_nc.
+// work item averages at least 2048 tokens (finish_plan). Same-call A/Bs on one H100 (results/kernels/
+// ab_cta_merge_h100.txt): at B 32, 32K 16/2 (8 warps per head) −2.2 … −7.3%; merging at 2 warps per head cost up
+// to 2.6% (32/8, 64/8), and on items of ≤ 128 tokens (batch 1, 4K) 5 … 24%.
 constexpr int kCtaMergeMinWarps = 4, kCtaMergeMinItemTokens = 2048;
 
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan, bool balance) {
@@ -219,24 +219,21 @@ RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
   return r;
 }
 
-// Where a CTA of this layout merges its warps' parts (DecodeArgs::merge), or 0 where their staging areas
-// (merge_stage_floats per warp, `warps` warps) do not fit in what the main loop no longer needs: the ring below
-// the q buffers (kMergeAtBase: ring_bytes of pieces; the wide ring's first form: its low pieces and the LUT), or
-// the LUT and the pieces above it (kMergeAtLut2: the second form, whose q buffers sit below the LUT).
+// Where a CTA of this ring layout (planes, hpc kv heads, wph warps each, `stages` stages; `warps` warps in all)
+// merges its warps' parts (DecodeArgs::merge), or 0 where their staging areas (merge_stage_floats<C> per warp)
+// do not fit in what the main loop no longer needs: the ring below the q buffers (kMergeAtBase: its pieces; the
+// wide ring's first form: its low pieces and the LUT), or the LUT and the pieces above it (kMergeAtLut2: the
+// second form, whose q buffers sit below the LUT).
 template <class C>
-int merge_site(const RingLayout& rl, int ring_bytes, int warps) {
-  const int need = warps * (8 * C::kD + 8) * 4;
+int merge_site(bool planes, int hpc, int wph, int stages, int warps) {
+  const int need = warps * merge_stage_floats<C>() * 4;
   if constexpr (QCfg<C>::kWide) {
+    const RingLayout rl = ring_layout<C>(planes, hpc, wph, stages, ring_limit<QCfg<C>>());
     if (rl.hi == kRingHi) return int(rl.qbuf - kBaseMax) >= need ? kMergeAtBase : 0;
     return rl.dyn_bytes + int(kBaseMin) - int(kLutAddr2) >= need ? kMergeAtLut2 : 0;
   } else {
-    return ring_bytes >= need ? kMergeAtBase : 0;
+    return 2 * wph * stages * 16 * ring_row<C>(planes, hpc) >= need ? kMergeAtBase : 0;
   }
-}
-template <class C>
-int merge_site(bool planes, int hpc, int wph, int stages, int warps) {
-  const RingLayout rl = ring_layout<C>(planes, hpc, wph, stages, ring_limit<QCfg<C>>());
-  return merge_site<C>(rl, 2 * wph * stages * 16 * ring_row<C>(planes, hpc), warps);
 }
 
 // The cache's tensor map for the TM kernels (tm_copies): 2-D, 8-byte elements; x: the bytes of
@@ -529,8 +526,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     a.qbuf_addr = rl.qbuf;
     a.merge = 0;
     if (plan.part_warps == 1 && plan.warps_per_head > 1) {
-      a.merge = merge_site<C>(rl, 2 * plan.warps_per_head * a.stages * 16 * ring_row<C>(planes, plan.heads_per_cta),
-                              plan.threads / 32);
+      a.merge = merge_site<C>(planes, plan.heads_per_cta, plan.warps_per_head, a.stages, plan.threads / 32);
       if (!a.merge) throw_error("paged_decode: plan does not match this format (use plan_decode)");
     }
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));

@@ -69,6 +69,12 @@ struct DecodeArgs {
 static_assert(offsetof(DecodeArgs, seq_lens) == 88 && sizeof(DecodeArgs) == 168,
               "DecodeArgs: bf16 sits in the padding after table_stride (the kernels' parameter offsets as without it)");
 constexpr int kMergeAtBase = 1, kMergeAtLut2 = 2;
+// Floats of one warp's staging area for the CTA merge (DecodeArgs::merge): its ≤ 8 columns' outputs (head_dim
+// each), then their log-sum-exps.
+template <class C>
+constexpr int merge_stage_floats() {
+  return 8 * C::kD + 8;
+}
 
 namespace dev {
 

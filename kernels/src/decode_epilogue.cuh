@@ -19,17 +19,10 @@ namespace tq::cuda {
 
 namespace {
 
-// Floats of one warp's staging area (DecodeArgs::merge): its ≤ 8 columns' outputs (C::kD each), then their
-// log-sum-exps.
-template <class K>
-constexpr int merge_stage_floats() {
-  return 8 * K::C::kD + 8;
-}
-
 // acc, acc2: the warp's value sums; sm, zs: its softmax state and Σ p·zero partials; qbuf: its
 // staging row; s_row: the CTA's item row (shared); ws: the warp's sub-tile; kvh, g0: its kv head
 // and first query column; group(): its columns; v_s: kValueWords/kValuePairs code offset; stage (K::kCtaMerge):
-// this warp's staging area (merge_stage_floats; column g's output at g · C::kD, its lse at 8 · C::kD + g), else
+// this warp's staging area (merge_stage_floats<C>; column g's output at g · C::kD, its lse at 8 · C::kD + g), else
 // unused: the part goes to the workspace or the output row.
 template <class K, class T, class Group>
 __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typename K::Acc& acc,
@@ -177,14 +170,15 @@ __device__ __forceinline__ void write_parts(const DecodeArgs& a, const T& t, typ
   }
 }
 
-// The CTA's merge of its warps' parts (DecodeArgs::merge), after every warp's write_parts into its staging
+// The CTA's merge of its warps' parts (K::kCtaMerge), after every warp's write_parts into its staging
 // area (base: warp 0's; warp hl + heads · (ws + warps_per_head · slice) holds kv head hl's sub-tile ws of
 // column slice `slice`): per (kv head, query column, dim), the log-sum-exp weighted sum of the warps' parts,
-// written as the item's one part (DecodePlan::part_warps 1) or, parts == 1, to the output row.
+// written as the item's one part (DecodePlan::part_warps 1) or, parts == 1, to the output row. (The merging
+// kernels have one slice; dropping the slice terms changes their SASS, which was A/B'd and tested as it is.)
 template <class K>
 __device__ __forceinline__ void merge_warp_parts(const DecodeArgs& a, const float* base, int s_row, int heads,
                                                  int warps_per_head, int hg) {
-  constexpr int OD = K::C::kD, kStage = merge_stage_floats<K>(), kSlices = K::kSlices;
+  constexpr int OD = K::C::kD, kStage = merge_stage_floats<typename K::C>(), kSlices = K::kSlices;
   const int n = heads * kSlices * 8 * OD, step = heads * kStage;  // step: warp ws → ws + 1
   for (int i = int(threadIdx.x); i < n; i += int(blockDim.x)) {
     const int j = i % OD, g = i / OD % 8, hs = i / (OD * 8), hl = hs % heads, slice = hs / heads, g0 = 8 * slice;

@@ -313,15 +313,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
 
   // K::kCtaMerge: the warps' parts to a staging area over the idle ring (DecodeArgs::merge says where), then one
   // part per item (merge_warp_parts); else each warp's to the workspace or the output
-  float* stage = nullptr;
-  [[maybe_unused]] const uint32_t merge_at = a.merge == kMergeAtLut2 ? kLutAddr2 : dyn_base;
+  float *stage0 = nullptr, *stage = nullptr;  // warp 0's staging area, this warp's
   if constexpr (K::kCtaMerge) {
+    constexpr int kStage = merge_stage_floats<typename K::C>();
+    const uint32_t merge_at = a.merge == kMergeAtLut2 ? kLutAddr2 : dyn_base;
     uint32_t dyn_size;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_size));
-    if (a.merge == 0 || merge_at + uint32_t(nwarps * merge_stage_floats<K>() * 4) > dyn_base + dyn_size)
-      __trap();  // (the planner's merge_site)
+    if (a.merge == 0 || merge_at + uint32_t(nwarps * kStage * 4) > dyn_base + dyn_size) __trap();  // (merge_site's)
     __syncthreads();  // every warp is done reading the ring
-    stage = reinterpret_cast<float*>(smem + (merge_at - dyn_base)) + warp * merge_stage_floats<K>();
+    stage0 = reinterpret_cast<float*>(smem + (merge_at - dyn_base));
+    stage = stage0 + warp * kStage;
   }
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
@@ -331,8 +332,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   }
   if constexpr (K::kCtaMerge) {
     __syncthreads();
-    merge_warp_parts<K>(a, reinterpret_cast<const float*>(smem + (merge_at - dyn_base)), s_row, heads, warps_per_head,
-                        hg);
+    merge_warp_parts<K>(a, stage0, s_row, heads, warps_per_head, hg);
   }
 }
 

@@ -493,8 +493,7 @@ TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, long work item
     int hq, hkv, d;
   };
   int merged = 0;
-  for (const std::string fmt : {"turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4",
-                                "turbo2", "turbo3", "turbo4", "turbo4-qjl"})
+  for (const std::string& fmt : tq::cuda::gpu_formats(/*decode_only=*/true))  // (the quantized ones)
     for (const H h : {H{16, 2, 128}, H{32, 4, 128}, H{8, 1, 128}, H{12, 3, 128}, H{4, 4, 128}, H{16, 2, 64},
                       H{16, 2, 256}})
       for (const int splits : {1, 2}) {

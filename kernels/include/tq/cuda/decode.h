@@ -84,8 +84,9 @@ struct DecodePlan {
   int parts = 1;           // partial results per (sequence, q head), at most (sizes the merge); 1: every
                            // sequence is one item, written straight to out
   int part_warps = 0;      // partial results per work item: warps_per_head, or 1 where a CTA merges its warps'
-                           // parts in shared memory first (quantized, one N-tile per warp, where the idle ring
-                           // holds them: DecodeArgs::merge); 0 before finish_plan (= warps_per_head)
+                           // parts in shared memory first (quantized single-query decodes with ≥ 4 warps per
+                           // kv head and items of ≥ 2048 tokens, where the idle ring holds them); 0 before
+                           // finish_plan (= warps_per_head)
   int threads = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
