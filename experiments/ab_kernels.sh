@@ -65,7 +65,8 @@ import json, sys
 for j in json.load(sys.stdin):
     d = j['decode']
     print('$v', '$shape$BL', 'D$dim', $ctx, j['format'], '%.4f ms' % d['median_ms'], '%.1f%% of copy' % d['pct_copy'],
-          'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'], 'items', d.get('items', ''), 'smem', d.get('smem_bytes', ''))" |
+          'f16 %.4f ms' % d['f16_median_ms'], 'splits', d['num_splits'], 'items', d.get('items', ''),
+          'parts per item', d.get('part_warps', ''), 'smem', d.get('smem_bytes', ''))" |
             tee -a "$OUT/ab.txt"
         done
       done

@@ -58,6 +58,8 @@ void to_json(Json& j, const DecodeReport& r) {
   j["items"] = d.plan.items;                  // CTAs per head group the batch's tokens are dealt out over
   j["balance_slots"] = d.plan.balance_slots;  // > 0: short last chunks on the CTA slots a wave leaves idle
   j["parts"] = d.plan.parts;
+  j["warps_per_head"] = d.plan.warps_per_head;
+  j["part_warps"] = d.plan.part_warps;  // parts per work item: 1 where the CTA merged its warps' parts itself
   j["heads_per_cta"] = d.plan.heads_per_cta;
   j["tensor_map"] = d.plan.tensor_map;  // 16-token page slices as tensor-map boxes (CTAs of some heads)
   // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once, or 1 with
