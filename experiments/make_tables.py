@@ -15,6 +15,7 @@ Sources (all under experiments/results/):
   kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ..."; H200)
   kernels/multi_query_tqbench_h100.txt   the same on an H100 (its first table: the newest commit)
   kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
+  kernels/shapes_h100.txt    run_kernels.sh shapes on an H100: tq-bench per "== Q/K" section, then SDPA JSON lines
   kernels/op_overhead.jsonl  python/examples/bench_op_overhead.py --json rows (run_kernels.sh torch), where present
 
   python3 experiments/make_tables.py [--check]   (--check: exit 1 if a file would change)
@@ -162,6 +163,49 @@ def multi_query():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
+SHAPE_PRESETS = ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4"]
+
+
+def shapes():
+    """The headline's lines for the issue's other shapes (kernels/shapes_h100.txt): each preset's % of copy and
+    its speed-up over torch SDPA measured in the same session, per shape (query heads / kv heads), and the
+    commit the file's comments name."""
+    path = os.path.join(RES, "kernels", "shapes_h100.txt")
+    if not os.path.exists(path):
+        return ""
+    rows, sdpa, order, shape, head, commit, device = {}, {}, [], None, None, None, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if commit is None and (m := re.search(r"main at ([0-9a-f]{7})", line)):
+                commit = m.group(1)
+            if (m := re.match(r"^== (\d+)/(\d+)", line)):
+                shape = (int(m.group(1)), int(m.group(2)))
+                order.append(shape)
+            elif line.startswith("{"):
+                j = json.loads(line)
+                sdpa[(j["q_heads"], j["kv_heads"])] = j["median_ms"]
+                device = j["device"]
+            elif line.split()[:2] == ["format", "slot_B"]:
+                head = line.split()
+            elif head and shape and line.split() and line.split()[0] in SHAPE_PRESETS:
+                r = dict(zip(head, line.split()))
+                rows[(shape, r["format"])] = (float(r["%copy"]), float(r["decode_ms"]))
+    label = lambda q, k: f"{q}/{k} (G {q // k})"
+    lines = [f"| {device} (main at {commit}), B 32, 32K: % of copy (× SDPA) | "
+             + " | ".join(label(*s) for s in order) + " |", "|---|" + "---|" * len(order)]
+    for fmt in SHAPE_PRESETS:
+        cells = []
+        for s in order:
+            pct, ms = rows[(s, fmt)]
+            cells.append(f"{pct:.1f}% ({sdpa[s] / ms:.2f}×)" if s in sdpa else f"{pct:.1f}%")
+        lines.append(f"| `{fmt}` | " + " | ".join(cells) + " |")
+    note = ("Other query-group shapes: decode against the device copy and torch SDPA on an fp16 cache, same session "
+            "([shapes_h100.txt](experiments/results/kernels/shapes_h100.txt)); with 1–4 kv heads the CTA merge of "
+            "the warps' parts landed after it takes up to 7% off (k8v4 level; [ab_cta_merge_h100.txt]"
+            "(experiments/results/kernels/ab_cta_merge_h100.txt)).")
+    return "\n" + "\n".join(lines) + "\n\n" + note + "\n"
+
+
 def op_overhead():
     """The torch op's line of the headline: what a decode_out call costs over its kernels (the same call
     eager against replayed from a CUDA graph) and its host time, one sentence per machine measured;
@@ -232,7 +276,7 @@ def splice(path, name, body, check):
 
 def main():
     check = "--check" in sys.argv[1:]
-    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query() + op_overhead(), check)
+    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query() + shapes() + op_overhead(), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
     if check and changed:
         sys.exit(1)
