@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Generates the README's headline table and the current-results table of
-experiments/results/kernels.md from committed result files, and writes them
+"""Generates the README's headline table, the GPU tables of experiments/results/README.md and the
+current-results table of experiments/results/kernels.md from committed result files, and writes them
 between the <!-- BEGIN GENERATED: NAME --> / <!-- END GENERATED: NAME -->
 markers of those files (nothing else is touched).
 
@@ -16,6 +16,7 @@ Sources (all under experiments/results/):
   kernels/multi_query_tqbench_h100.txt   the same on an H100 (its first table: the newest commit)
   kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
   kernels/shapes_h100.txt    run_kernels.sh shapes on an H100: tq-bench per "== Q/K" section, then SDPA JSON lines
+                             (a table in results/README.md, one line in the README)
   kernels/op_overhead.jsonl  python/examples/bench_op_overhead.py --json rows (run_kernels.sh torch), where present
 
   python3 experiments/make_tables.py [--check]   (--check: exit 1 if a file would change)
@@ -166,13 +167,12 @@ def multi_query():
 SHAPE_PRESETS = ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4"]
 
 
-def shapes():
-    """The headline's lines for the issue's other shapes (kernels/shapes_h100.txt): each preset's % of copy and
-    its speed-up over torch SDPA measured in the same session, per shape (query heads / kv heads), and the
-    commit the file's comments name."""
+def shape_rows():
+    """kernels/shapes_h100.txt: {(shape, preset): (% of copy, decode ms)}, the shapes in file order, SDPA ms per
+    shape, the device and the commit the file's comments name; None without the file."""
     path = os.path.join(RES, "kernels", "shapes_h100.txt")
     if not os.path.exists(path):
-        return ""
+        return None
     rows, sdpa, order, shape, head, commit, device = {}, {}, [], None, None, None, None
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -190,26 +190,50 @@ def shapes():
             elif head and shape and line.split() and line.split()[0] in SHAPE_PRESETS:
                 r = dict(zip(head, line.split()))
                 rows[(shape, r["format"])] = (float(r["%copy"]), float(r["decode_ms"]))
-    label = lambda q, k: f"{q}/{k} (G {q // k})"
+    return rows, order, sdpa, device, commit
+
+
+def shapes():
+    """experiments/results/README.md's table of the issue's other shapes: each preset's % of copy and its
+    speed-up over torch SDPA measured in the same session, per shape (query heads / kv heads)."""
+    parsed = shape_rows()
+    if not parsed:
+        return ""
+    rows, order, sdpa, device, commit = parsed
     lines = [f"| {device} (main at {commit}), B 32, 32K: % of copy (× SDPA) | "
-             + " | ".join(label(*s) for s in order) + " |", "|---|" + "---|" * len(order)]
+             + " | ".join(f"{q}/{k} (G {q // k})" for q, k in order) + " |", "|---|" + "---|" * len(order)]
     for fmt in SHAPE_PRESETS:
         cells = []
         for s in order:
             pct, ms = rows[(s, fmt)]
             cells.append(f"{pct:.1f}% ({sdpa[s] / ms:.2f}×)" if s in sdpa else f"{pct:.1f}%")
         lines.append(f"| `{fmt}` | " + " | ".join(cells) + " |")
-    note = ("Other query-group shapes: decode against the device copy and torch SDPA on an fp16 cache, same session "
-            "([shapes_h100.txt](experiments/results/kernels/shapes_h100.txt)); with 1–4 kv heads the CTA merge of "
-            "the warps' parts landed after it takes up to 7% off (k8v4 level; [ab_cta_merge_h100.txt]"
-            "(experiments/results/kernels/ab_cta_merge_h100.txt)).")
-    return "\n" + "\n".join(lines) + "\n\n" + note + "\n"
+    note = ("Decode against the device copy and torch SDPA on an fp16 cache, same session "
+            "([shapes_h100.txt](kernels/shapes_h100.txt)); with 1–4 kv heads the CTA merge of the warps' parts "
+            "landed after it takes up to 7% off (k8v4 level; [ab_cta_merge_h100.txt](kernels/ab_cta_merge_h100.txt)).")
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def shapes_line():
+    """The README's one line for the other shapes: the presets' range of % of copy and × SDPA per shape."""
+    parsed = shape_rows()
+    if not parsed:
+        return ""
+    rows, order, sdpa, device, commit = parsed
+    parts = []
+    for s in order:
+        pcts = [rows[(s, f)][0] for f in SHAPE_PRESETS]
+        xs = [sdpa[s] / rows[(s, f)][1] for f in SHAPE_PRESETS] if s in sdpa else []
+        parts.append(f"{s[0]}/{s[1]} {min(pcts):.0f}–{max(pcts):.0f}% of copy"
+                     + (f", {min(xs):.2f}–{max(xs):.2f}× SDPA" if xs else ""))
+    return (f"\nOther query groups, the four presets ({device}, main at {commit}, B 32, 32K): " + "; ".join(parts)
+            + " ([table](experiments/results/README.md#gpu-decode-at-other-query-group-shapes-and-the-pytorch-ops-overhead)).\n")
 
 
 def op_overhead():
-    """The torch op's line of the headline: what a decode_out call costs over its kernels (the same call
-    eager against replayed from a CUDA graph) and its host time, one sentence per machine measured;
-    empty until the result file exists."""
+    """experiments/results/README.md's paragraph on the torch op: what a decode_out call costs over its kernels
+    (the same call eager against replayed from a CUDA graph) and its host time, one sentence per machine
+    measured; empty until the result file exists."""
     if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
         return ""
     by_device = {}  # device -> its rows, in the file's order
@@ -233,7 +257,23 @@ def op_overhead():
     r0 = next(iter(by_device.values()))[0]
     return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {r0['heads']}/{r0['kv_heads']} heads, d "
             f"{r0['head_dim']}). " + ". ".join(sentences) + "." + bound +
-            " ([op_overhead.jsonl](experiments/results/kernels/op_overhead.jsonl))\n")
+            " ([op_overhead.jsonl](kernels/op_overhead.jsonl))\n")
+
+
+def op_line():
+    """The README's one line for the torch op: the most an eager call adds over the same call replayed from a
+    CUDA graph where the GPU outlasts the host, and the shapes where the host's time per call is the longer."""
+    if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
+        return ""
+    rows = kernels_jsonl("op_overhead.jsonl")
+    gpu_bound = [r for r in rows if r["host_op_us"] <= r["graph_us"]]
+    host_bound = sorted({f"B {r['batch']} at {r['ctx']} tokens" for r in rows if r["host_op_us"] > r["graph_us"]})
+    devices = ", ".join(sorted({r["device"].replace("NVIDIA ", "") for r in rows}))
+    r0 = rows[0]
+    return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {devices}): an eager call adds at most "
+            f"{max(r['adds_us'] for r in gpu_bound):.1f} µs over its kernels replayed from a CUDA graph"
+            + (f"; for {', '.join(host_bound)} the host's time per eager call is the longer" if host_bound else "")
+            + " ([details](experiments/results/README.md#gpu-decode-at-other-query-group-shapes-and-the-pytorch-ops-overhead)).\n")
 
 
 def kernels_current():
@@ -276,7 +316,9 @@ def splice(path, name, body, check):
 
 def main():
     check = "--check" in sys.argv[1:]
-    changed = splice(os.path.join(ROOT, "README.md"), "headline", headline() + "\n" + multi_query() + shapes() + op_overhead(), check)
+    changed = splice(os.path.join(ROOT, "README.md"), "headline",
+                     headline() + "\n" + multi_query() + shapes_line() + op_line(), check)
+    changed |= splice(os.path.join(RES, "README.md"), "results", shapes() + "\n" + op_overhead().lstrip("\n"), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
     if check and changed:
         sys.exit(1)
