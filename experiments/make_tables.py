@@ -21,6 +21,7 @@ Sources (all under experiments/results/):
 
   python3 experiments/make_tables.py [--check]   (--check: exit 1 if a file would change)
 """
+import functools
 import json
 import os
 import re
@@ -66,10 +67,12 @@ def eval_rows(path):
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def kernels_jsonl(name):
-    """The objects of experiments/results/kernels/NAME, one JSON object per line."""
+    """The objects of experiments/results/kernels/NAME, one JSON object per line (read once; callers do not
+    modify them)."""
     with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return tuple(json.loads(line) for line in f if line.strip())
 
 
 def bench_rows(ctx):
@@ -165,8 +168,11 @@ def multi_query():
 
 
 SHAPE_PRESETS = ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4"]
+# experiments/results/README.md's section with the shapes table and the op's overhead, from the README
+GPU_RESULTS_LINK = "experiments/results/README.md#gpu-decode-at-other-query-group-shapes-and-the-pytorch-ops-overhead"
 
 
+@functools.lru_cache(maxsize=None)
 def shape_rows():
     """kernels/shapes_h100.txt: {(shape, preset): (% of copy, decode ms)}, the shapes in file order, SDPA ms per
     shape, the device and the commit the file's comments name; None without the file."""
@@ -227,7 +233,7 @@ def shapes_line():
         parts.append(f"{s[0]}/{s[1]} {min(pcts):.0f}–{max(pcts):.0f}% of copy"
                      + (f", {min(xs):.2f}–{max(xs):.2f}× SDPA" if xs else ""))
     return (f"\nOther query groups, the four presets ({device}, main at {commit}, B 32, 32K): " + "; ".join(parts)
-            + " ([table](experiments/results/README.md#gpu-decode-at-other-query-group-shapes-and-the-pytorch-ops-overhead)).\n")
+            + f" ([table]({GPU_RESULTS_LINK})).\n")
 
 
 def op_overhead():
@@ -273,7 +279,7 @@ def op_line():
     return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {devices}): an eager call adds at most "
             f"{max(r['adds_us'] for r in gpu_bound):.1f} µs over its kernels replayed from a CUDA graph"
             + (f"; for {', '.join(host_bound)} the host's time per eager call is the longer" if host_bound else "")
-            + " ([details](experiments/results/README.md#gpu-decode-at-other-query-group-shapes-and-the-pytorch-ops-overhead)).\n")
+            + f" ([details]({GPU_RESULTS_LINK})).\n")
 
 
 def kernels_current():
