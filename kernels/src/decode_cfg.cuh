@@ -167,13 +167,14 @@ struct QCfg {
 };
 
 // N-tiles per warp of the format's kernels for 9 … 16 columns per kv head (KernelTraits::kNTiles):
-// 2 at head_dim ≤ 128 for the formats whose P' is fp16 alone at G > 4 (mse or fp8 keys, uniform
-// values), else 1 (d = 256: the 8-warp kernels already use 200–235 registers).
+// 2 at head_dim ≤ 128 for the formats whose P' is fp16 alone at G > 4 (kHiOnlyP: every format but
+// turbo4-qjl, whose sign term takes a second accumulator set), else 1 (d = 256: the 8-warp kernels
+// already use 200–235 registers). turbo2/3/4 at d ≤ 128: 239–246 registers, no spills.
 constexpr int kMqTileWarps = 8;  // warps per CTA of the two-tile kernels (KernelTraits::kCtaWarps)
 template <class C>
 constexpr int mq_column_tiles() {
   using Q = QCfg<C>;
-  return !Q::kQjl && !Q::kTurbo && Q::kTB == 1 && Q::D <= 128 ? 2 : 1;
+  return !Q::kQjl && Q::kTB == 1 && Q::D <= 128 ? 2 : 1;
 }
 
 template <class C>

@@ -161,8 +161,8 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
   };
   // (8,8) G=1; (32,8) G=4; (8,1) G=8 (8 warps share one head); (12,3) 3 heads/CTA;
   // (16,16) two head groups (segmented copies); (64,8) G=8. G > 8: column slices of ≤ 8 — for
-  // 8 < G ≤ 16 one launch with two N-tiles per warp (mse / fp8 keys with uniform values at 8 heads
-  // per CTA), or both slices in one launch where the CTA has twice its heads' warps (the quantized
+  // 8 < G ≤ 16 one launch with two N-tiles per warp (every quantized format but turbo4-qjl, at 8
+  // heads per CTA), or both slices in one launch where the CTA has twice its heads' warps (the quantized
   // 16-warp kernels at 8 heads per CTA, any of them at ≤ 4: query_slices 2), else ⌈G/8⌉
   // stage-1 launches; at 8 < G ≤ 12 one launch only while a work item is ≤ 2048 tokens (with
   // these lengths, ≤ 2049, every auto split count; one split of 2049 is not). The two-tile kernels
@@ -179,7 +179,7 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
     for (const H h : {H{8, 8, 0}, H{32, 8, 0}, H{8, 1, 0}, H{12, 3, 0}, H{16, 16, 0}, H{64, 8, 0}, H{96, 8, 0},
                       H{96, 8, 1}, H{128, 8, 0}, H{128, 8, 1}, H{26, 2, 0}, H{20, 1, 0}, H{192, 8, 0}}) {
       const int g = h.hq / h.hkv;
-      const bool two_tile_fmt = fmt == "turboquant_4bit_nc" || fmt == "turboquant_k8v4";
+      const bool two_tile_fmt = fmt != "f16" && fmt != "turbo4-qjl";
       for (const int tiles : two_tile_fmt && g > 8 && g <= 16 ? std::vector<int>{0, 1, 2} : std::vector<int>{0}) {
         DecodeCase c;
         c.fmt = fmt;
@@ -195,7 +195,7 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
           const bool f16 = fmt == "f16";
           const int warps = f16 || fmt == "turboquant_k8v4" || fmt == "turbo4-qjl" ? 8 : 16;
           // one launch: FP16 at 8 < G ≤ 16 (two column tiles per warp); the quantized decode at
-          // 8 < G ≤ 16 with two N-tiles per warp (mse / fp8 keys with uniform values, 8 heads per CTA:
+          // 8 < G ≤ 16 with two N-tiles per warp (every quantized format but turbo4-qjl, 8 heads per CTA:
           // 8 warps) where work items exceed 128 tokens, the tiles are forced to 2 or the CTA has no
           // warps for a second slice (k8v4), else where the CTA has a second set of warps for the second
           // slice — at G ≤ 12 only with short work items (not one split of 2049 tokens)

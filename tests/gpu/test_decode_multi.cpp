@@ -107,7 +107,7 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
 }
 
 // Which multi-query kernels the planner takes: two 8-column N-tiles per warp in CTAs of 8 warps (one
-// per kv head) for the mse / fp8-key formats at 8 heads per CTA and more than 8 columns per kv head,
+// per kv head) for every quantized format but turbo4-qjl at 8 heads per CTA and more than 8 columns per kv head,
 // launches of ≤ 16 columns, where work items stream more than 128 tokens (or one tile would take more
 // launches); else the one-tile kernels.
 TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format has them", "[decode][multi][quick]") {
@@ -124,7 +124,8 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
       {"turboquant_k8v4", 128, 64, 8, 2, 2, 1},      // G 8, 16 columns
       {"turboquant_4bit_nc", 128, 32, 8, 2, 1, 1},   // 8 columns: one tile
       {"turboquant_4bit_nc", 128, 8, 2, 4, 1, 1},    // 2 kv heads per CTA: the one-tile kernels, both slices
-      {"turbo3", 128, 32, 8, 4, 1, 1},               // turbo values: one tile (both slices, 16 warps)
+      {"turbo3", 128, 32, 8, 4, 2, 1},               // turbo keys and values: two tiles as well
+      {"turbo4-qjl", 128, 32, 8, 4, 1, 2},           // QJL sign term (second accumulators): one tile, 8 warps
       {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 1},  // one tile asked for: both slices, 16 warps
       {"turboquant_k8v4", 128, 32, 8, 4, 1, 2, 1},     // one tile asked for, 8-warp kernel: two launches
       {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 0, 0},   // short items: one tile, both slices, one launch
