@@ -174,12 +174,12 @@ GPU_RESULTS_LINK = "experiments/results/README.md#gpu-decode-at-other-query-grou
 
 @functools.lru_cache(maxsize=None)
 def shape_rows():
-    """kernels/shapes_h100.txt: {(shape, preset): (% of copy, decode ms)}, the shapes in file order, SDPA ms per
-    shape, the device and the commit the file's comments name; None without the file."""
+    """kernels/shapes_h100.txt: {(shape, format): (% of copy, decode ms)}, the shapes and the formats in file order,
+    SDPA ms per shape, the device and the commit the file's comments name; None without the file."""
     path = os.path.join(RES, "kernels", "shapes_h100.txt")
     if not os.path.exists(path):
         return None
-    rows, sdpa, order, shape, head, commit, device = {}, {}, [], None, None, None, None
+    rows, sdpa, order, formats, shape, head, commit, device = {}, {}, [], [], None, None, None, None
     with open(path, encoding="utf-8") as f:
         for line in f:
             if commit is None and (m := re.search(r"main at ([0-9a-f]{7})", line)):
@@ -193,30 +193,31 @@ def shape_rows():
                 device = j["device"]
             elif line.split()[:2] == ["format", "slot_B"]:
                 head = line.split()
-            elif head and shape and line.split() and line.split()[0] in SHAPE_PRESETS:
+            elif head and shape and len(line.split()) == len(head) and line.split()[0] != "f16":
                 r = dict(zip(head, line.split()))
                 rows[(shape, r["format"])] = (float(r["%copy"]), float(r["decode_ms"]))
-    return rows, order, sdpa, device, commit
+                if r["format"] not in formats:
+                    formats.append(r["format"])
+    return rows, order, formats, sdpa, device, commit
 
 
 def shapes():
-    """experiments/results/README.md's table of the issue's other shapes: each preset's % of copy and its
+    """experiments/results/README.md's table of the issue's other shapes: each format's % of copy and its
     speed-up over torch SDPA measured in the same session, per shape (query heads / kv heads)."""
     parsed = shape_rows()
     if not parsed:
         return ""
-    rows, order, sdpa, device, commit = parsed
+    rows, order, formats, sdpa, device, commit = parsed
     lines = [f"| {device} (main at {commit}), B 32, 32K: % of copy (× SDPA) | "
              + " | ".join(f"{q}/{k} (G {q // k})" for q, k in order) + " |", "|---|" + "---|" * len(order)]
-    for fmt in SHAPE_PRESETS:
+    for fmt in formats:
         cells = []
         for s in order:
             pct, ms = rows[(s, fmt)]
             cells.append(f"{pct:.1f}% ({sdpa[s] / ms:.2f}×)" if s in sdpa else f"{pct:.1f}%")
         lines.append(f"| `{fmt}` | " + " | ".join(cells) + " |")
     note = ("Decode against the device copy and torch SDPA on an fp16 cache, same session "
-            "([shapes_h100.txt](kernels/shapes_h100.txt)); with 1–4 kv heads the CTA merge of the warps' parts "
-            "landed after it takes up to 7% off (k8v4 level; [ab_cta_merge_h100.txt](kernels/ab_cta_merge_h100.txt)).")
+            "([shapes_h100.txt](kernels/shapes_h100.txt)).")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
@@ -225,7 +226,7 @@ def shapes_line():
     parsed = shape_rows()
     if not parsed:
         return ""
-    rows, order, sdpa, device, commit = parsed
+    rows, order, _, sdpa, device, commit = parsed
     parts = []
     for s in order:
         pcts = [rows[(s, f)][0] for f in SHAPE_PRESETS]
