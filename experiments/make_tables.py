@@ -184,6 +184,8 @@ def shape_rows():
         for line in f:
             if commit is None and (m := re.search(r"main at ([0-9a-f]{7})", line)):
                 commit = m.group(1)
+            if line.startswith("== "):  # a section: its rows follow its own header line
+                head = None
             if (m := re.match(r"^== (\d+)/(\d+)", line)):
                 shape = (int(m.group(1)), int(m.group(2)))
                 order.append(shape)
