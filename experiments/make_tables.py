@@ -121,6 +121,10 @@ def headline():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
+# the commit a result file's comments name: "main at 1234abc"
+MAIN_AT = re.compile(r"main at ([0-9a-f]{7})")
+
+
 def mq_rows(name):
     """4bit_nc's rows of the first tq-bench --q-len table in kernels/NAME, by q_len, and the commit its comments
     name ("main at ...")."""
@@ -128,8 +132,7 @@ def mq_rows(name):
     with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
         for line in f:
             cells = line.split()
-            m = re.search(r"main at ([0-9a-f]{7})", line)
-            if m and commit is None:
+            if commit is None and (m := MAIN_AT.search(line)):
                 commit = m.group(1)
             if cells[:2] == ["format", "q_len"]:
                 if rows:
@@ -182,7 +185,8 @@ def shape_rows():
     rows, sdpa, order, formats, shape, head, commit, device = {}, {}, [], [], None, None, None, None
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if commit is None and (m := re.search(r"main at ([0-9a-f]{7})", line)):
+            cells = line.split()
+            if commit is None and (m := MAIN_AT.search(line)):
                 commit = m.group(1)
             if line.startswith("== "):  # a section: its rows follow its own header line
                 head = None
@@ -193,10 +197,10 @@ def shape_rows():
                 j = json.loads(line)
                 sdpa[(j["q_heads"], j["kv_heads"])] = j["median_ms"]
                 device = j["device"]
-            elif line.split()[:2] == ["format", "slot_B"]:
-                head = line.split()
-            elif head and shape and len(line.split()) == len(head) and line.split()[0] != "f16":
-                r = dict(zip(head, line.split()))
+            elif cells[:2] == ["format", "slot_B"]:
+                head = cells
+            elif head and shape and len(cells) == len(head) and cells[0] != "f16":
+                r = dict(zip(head, cells))
                 rows[(shape, r["format"])] = (float(r["%copy"]), float(r["decode_ms"]))
                 if r["format"] not in formats:
                     formats.append(r["format"])
@@ -239,14 +243,31 @@ def shapes_line():
             + f" ([table]({GPU_RESULTS_LINK})).\n")
 
 
+def op_rows():
+    """kernels/op_overhead.jsonl's rows, or () until the file exists."""
+    if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
+        return ()
+    return kernels_jsonl("op_overhead.jsonl")
+
+
+def host_bound_shapes(rows):
+    """The shapes (in file order, once each) whose eager call takes the host longer than the replayed decode takes
+    the GPU, on some machine."""
+    labels = []
+    for r in rows:
+        if r["host_op_us"] > r["graph_us"] and (label := f"B {r['batch']} at {r['ctx']} tokens") not in labels:
+            labels.append(label)
+    return labels
+
+
 def op_overhead():
     """experiments/results/README.md's paragraph on the torch op: what a decode_out call costs over its kernels
     (the same call eager against replayed from a CUDA graph) and its host time, one sentence per machine
     measured; empty until the result file exists."""
-    if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
+    if not op_rows():
         return ""
     by_device = {}  # device -> its rows, in the file's order
-    for r in kernels_jsonl("op_overhead.jsonl"):
+    for r in op_rows():
         by_device.setdefault(r["device"], []).append(r)
     sentences = []
     for device, rows in by_device.items():
@@ -256,11 +277,7 @@ def op_overhead():
         replay = ", ".join(f"{r['host_replay_us']:.1f}" for r in rows)
         sentences.append(f"{device}, torch {rows[0]['torch']}: GPU time per call {shapes}; host time per eager call "
                          f"{host} µs (per graph replay {replay} µs)")
-    # shapes whose eager call takes the host longer than the replayed decode takes the GPU (on some machine)
-    host_bound = []
-    for r in (r for rows in by_device.values() for r in rows if r["host_op_us"] > r["graph_us"]):
-        if (label := f"B {r['batch']} at {r['ctx']} tokens") not in host_bound:
-            host_bound.append(label)
+    host_bound = host_bound_shapes(r for rows in by_device.values() for r in rows)
     bound = (f" For {', '.join(host_bound)} the host takes longer per eager call than the GPU per decode, so eager "
              "calls wait on the host there; replayed from a graph the op adds nothing." if host_bound else "")
     r0 = next(iter(by_device.values()))[0]
@@ -272,11 +289,11 @@ def op_overhead():
 def op_line():
     """The README's one line for the torch op: the most an eager call adds over the same call replayed from a
     CUDA graph where the GPU outlasts the host, and the shapes where the host's time per call is the longer."""
-    if not os.path.exists(os.path.join(RES, "kernels", "op_overhead.jsonl")):
+    rows = op_rows()
+    if not rows:
         return ""
-    rows = kernels_jsonl("op_overhead.jsonl")
     gpu_bound = [r for r in rows if r["host_op_us"] <= r["graph_us"]]
-    host_bound = sorted({f"B {r['batch']} at {r['ctx']} tokens" for r in rows if r["host_op_us"] > r["graph_us"]})
+    host_bound = host_bound_shapes(rows)
     devices = ", ".join(sorted({r["device"].replace("NVIDIA ", "") for r in rows}))
     r0 = rows[0]
     return (f"\nPyTorch op `tqkit_torch.decode_out` (`{r0['format']}`, {devices}): an eager call adds at most "

@@ -155,6 +155,12 @@ TEST_CASE("decode: turbo2/turbo3/turbo4/turbo4-qjl at head_dim 256 (two blocks p
   }
 }
 
+// DecodePlan::part_warps: every warp's part per work item, or one where the CTA merges them (may_merge: a kernel
+// that can; the planner merges only from 4 warps per head, where it saves more than it costs).
+static bool parts_per_item(const DecodePlan& plan, bool may_merge) {
+  return plan.part_warps == plan.warps_per_head || (may_merge && plan.warps_per_head >= 4 && plan.part_warps == 1);
+}
+
 TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts", "[decode]") {
   struct H {
     int hq, hkv, splits;
@@ -209,10 +215,7 @@ TEST_CASE("decode: GQA group sizes 1, 4, 8, 12, 13, 16, 20, 24 and head layouts"
           REQUIRE(plan.query_passes == (dual || tiles2 ? 1 : (g + 7) / 8));
           REQUIRE(plan.threads == 32 * (f16 ? 1 : plan.query_slices) * plan.heads_per_cta * plan.warps_per_head);
           if (h.hkv % 8 == 0) REQUIRE(plan.threads == 32 * (tiles2 ? 8 : warps));  // every warp of the kernel
-          // parts per work item: every warp's, or one where the CTA merges them (quantized, one N-tile per warp)
-          // (the CTA merges only from 4 warps per head: at 2 the merge costs more than it saves)
-          REQUIRE((plan.part_warps == plan.warps_per_head ||
-                   (!f16 && !tiles2 && plan.warps_per_head >= 4 && plan.part_warps == 1)));
+          REQUIRE(parts_per_item(plan, /*may_merge=*/!f16 && !tiles2));  // (the CTA merge: quantized, one N-tile)
           if (h.splits == 1 && plan.part_warps == 1) REQUIRE(plan.parts == 1);
         });
       }
@@ -508,7 +511,7 @@ TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, long work item
         run_decode(c, [&](const DecodePlan& plan, const Filled& F) {
           INFO(fmt << " hq=" << h.hq << " hkv=" << h.hkv << " d=" << h.d << " splits " << plan.num_splits
                    << " warps per head " << plan.warps_per_head << " parts per item " << plan.part_warps);
-          REQUIRE((plan.part_warps == plan.warps_per_head || (plan.warps_per_head >= 4 && plan.part_warps == 1)));
+          REQUIRE(parts_per_item(plan, /*may_merge=*/true));
           if (plan.part_warps == 1 && plan.warps_per_head > 1) {
             ++merged;
             // one part per item: a sequence of one item writes out directly, else the merge's bound
