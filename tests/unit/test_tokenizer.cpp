@@ -3,6 +3,7 @@
 // files. Expected ids are worked out by hand from the merge rules/scores.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -81,10 +82,12 @@ std::string byte_char(int b) {
   return s;
 }
 
-// id 0: control "<|endoftext|>"; ids 1..256: byte b at 1 + b; then merges.
-Tokenizer gpt2(const std::string& pre) {
+// id 0: control "<|endoftext|>"; ids 1..256: byte b at 1 + b; then merges. Bytes in `missing` have no
+// character token (byte b's id holds "<missing b>"), and id 0 is then also the unknown token.
+Tokenizer gpt2(const std::string& pre, const std::vector<int>& missing = {}) {
   std::vector<std::string> tok{"<|endoftext|>"};
-  for (int b = 0; b < 256; ++b) tok.push_back(byte_char(b));
+  for (int b = 0; b < 256; ++b)
+    tok.push_back(std::find(missing.begin(), missing.end(), b) == missing.end() ? byte_char(b) : "<missing " + std::to_string(b) + ">");
   const std::string G = byte_char(' ');  // "Ġ"
   tok.push_back(G + "t");       // 257
   tok.push_back("he");          // 258
@@ -101,6 +104,7 @@ Tokenizer gpt2(const std::string& pre) {
   m.strs("tokenizer.ggml.merges", {G + " t", "h e", G + "t he", "a a", "1 2"});
   m.u32("tokenizer.ggml.bos_token_id", 0);
   m.u32("tokenizer.ggml.eos_token_id", 0);
+  if (!missing.empty()) m.u32("tokenizer.ggml.unknown_token_id", 0);
   return Tokenizer::from_gguf(m.file());
 }
 
@@ -152,6 +156,18 @@ TEST_CASE("tokenizer gpt2: merges by rank, leftmost first, byte-level mapping", 
   CHECK(t.decode({0, 259}) == " the");
   CHECK_THROWS_WITH(t.encode("a\xC3"), Catch::Contains("invalid UTF-8 at byte 1"));
   CHECK_THROWS_AS(t.decode({9999}), Error);
+}
+
+// llama.cpp's rule for a character that is not a token (llm_tokenizer_bpe_session::tokenize): each of its bytes
+// that is a one-byte token gives that token, the others nothing, whatever the unknown token is.
+TEST_CASE("tokenizer gpt2: a byte without a character token is dropped, as in llama.cpp", "[tokenizer]") {
+  const Tokenizer t = gpt2("gpt2", {0x04, 0xE9});
+  CHECK(t.encode("a\x04" "b") == Ids{B('a'), B('b')});
+  CHECK(t.encode("\x04") == Ids{});
+  CHECK(t.encode("caf\xC3\xA9 \x04\x04the") ==
+        Ids{B('c'), B('a'), B('f'), 1 + 0xC3, 1 + 0xA9, B(' '), B('t'), 258});  // " \x04\x04" is one piece
+  CHECK(t.encode("\xE9\x80\x80") == Ids{1 + 0x80, 1 + 0x80});                  // U+9000: its lead byte E9 has none
+  CHECK(t.decode(t.encode("x\x04y")) == "xy");
 }
 
 TEST_CASE("tokenizer gpt2: smollm pre-tokenizer splits every digit", "[tokenizer]") {

@@ -354,13 +354,12 @@ void Tokenizer::Impl::bpe_word(const std::string& word, std::vector<int32_t>& ou
       out.push_back(it->second);
       continue;
     }
-    // Not a token: one token per character (each is a byte's GPT-2 character).
-    for (size_t k = 0; k < s.size();) {
-      const size_t n = std::min(utf8_len(uint8_t(s[k])), s.size() - k);
-      auto c = all_ids.find(s.substr(k, n));
-      if (c != all_ids.end()) out.push_back(c->second);
-      else if (unk >= 0) out.push_back(unk);
-      k += n;
+    // Not a token (every merge gives one, so s is one byte's GPT-2 character): as llama.cpp, each byte of s
+    // that is a one-byte token gives it, and the others give nothing. A vocabulary may lack a control byte's
+    // character (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D): that byte is dropped, not unk.
+    for (const char c : s) {
+      auto it = all_ids.find(std::string(1, c));
+      if (it != all_ids.end()) out.push_back(it->second);
     }
   }
 }
