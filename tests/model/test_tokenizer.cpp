@@ -81,8 +81,8 @@ TEST_CASE("smollm2 tokenizer: digits are split one by one, specials stay text", 
   CHECK_THROWS_AS(t.encode(std::string("bad \xff utf8")), tq::Error);
 }
 
-// SmolLM2's vocabulary has no character token for the control bytes 0x04, 0x06, 0x13, 0x14, 0x16 and 0x1D:
-// llama.cpp drops them (ids from llama-cpp-python 0.3.36: Llama(MODEL, vocab_only=True).tokenize(BYTES,
+// SmolLM2's vocabulary has no character token for the control bytes 0x04, 0x06, 0x13, 0x14, 0x16 and 0x1D, nor
+// for 0xF1 and 0xF2 (lead bytes of U+40000 … U+BFFFF): llama.cpp drops them (ids from llama-cpp-python 0.3.36: Llama(MODEL, vocab_only=True).tokenize(BYTES,
 // add_bos=False, special=False)), where an unknown token would put <|endoftext|> into the text.
 TEST_CASE("smollm2 tokenizer: bytes without a token are dropped, as in llama.cpp", "[model][tokenizer]") {
   const Tokenizer& t = smollm2();
@@ -90,6 +90,8 @@ TEST_CASE("smollm2 tokenizer: bytes without a token are dropped, as in llama.cpp
   CHECK(t.encode("\x04") == Ids{});
   CHECK(t.encode("x \x06\x13\x14y\x16z") == Ids{104, 216, 105, 106});
   CHECK(t.encode("caf\xc3\xa9 \x04\x04the") == Ids{83, 1939, 2756, 216, 1195});
+  CHECK(t.encode("\xf1\x8d\x9e\x9c") == Ids{231, 248, 246});  // U+4D79C
+  CHECK(t.encode("a\xf2\x80\x80\x80" "b") == Ids{81, 218, 218, 218, 82});
 }
 
 TEST_CASE("smollm2 tokenizer: decode(encode(s)) == s and encode is deterministic", "[model][tokenizer]") {

@@ -355,8 +355,8 @@ void Tokenizer::Impl::bpe_word(const std::string& word, std::vector<int32_t>& ou
       continue;
     }
     // Not a token (every merge gives one, so s is one byte's GPT-2 character): as llama.cpp, each byte of s
-    // that is a one-byte token gives it, and the others give nothing. A vocabulary may lack a control byte's
-    // character (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D): that byte is dropped, not unk.
+    // that is a one-byte token gives it, and the others give nothing. A vocabulary may lack a byte's character
+    // (SmolLM2 has none for 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xF1, 0xF2): that byte is dropped, not unk.
     for (const char c : s) {
       auto it = all_ids.find(std::string(1, c));
       if (it != all_ids.end()) out.push_back(it->second);
