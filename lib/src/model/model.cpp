@@ -214,15 +214,18 @@ Model Model::load(const std::string& path, bool verbose, MatmulMode matmul) {
   c.n_ff = int(f.get_u32(p + "feed_forward_length"));
   c.n_heads = int(f.get_u32(p + "attention.head_count"));
   c.n_kv_heads = int(f.get_u32(p + "attention.head_count_kv", uint32_t(c.n_heads)));
-  TQ_CHECK(c.n_layers > 0 && c.n_layers <= 1024 && c.n_embd > 0 && c.n_ff > 0 && c.n_heads > 0 && c.n_kv_heads > 0,
+  // (the bounds keep every product of two of them, e.g. n_heads · head_dim, within int)
+  TQ_CHECK(c.n_layers > 0 && c.n_layers <= 1024 && c.n_embd > 0 && c.n_embd <= (1 << 20) && c.n_ff > 0 &&
+               c.n_ff <= (1 << 22) && c.n_heads > 0 && c.n_heads <= 4096 && c.n_kv_heads > 0,
            "{}: implausible hyperparameters: {} layers, n_embd {}, n_ff {}, {} heads, {} KV heads", path, c.n_layers,
            c.n_embd, c.n_ff, c.n_heads, c.n_kv_heads);
   TQ_CHECK(c.n_heads % c.n_kv_heads == 0, "{}: {} query heads are not a multiple of {} KV heads", path, c.n_heads,
            c.n_kv_heads);
   c.head_dim = int(f.get_u32(p + "attention.key_length", uint32_t(c.n_embd / c.n_heads)));
   const int v_dim = int(f.get_u32(p + "attention.value_length", uint32_t(c.head_dim)));
-  TQ_CHECK(v_dim == c.head_dim && c.head_dim > 0 && c.head_dim % 2 == 0,
-           "{}: key_length {} / value_length {} are not supported (must be equal and even)", path, c.head_dim, v_dim);
+  TQ_CHECK(v_dim == c.head_dim && c.head_dim > 0 && c.head_dim % 2 == 0 && c.head_dim <= 4096,
+           "{}: key_length {} / value_length {} are not supported (must be equal, even and at most 4096)", path,
+           c.head_dim, v_dim);
   c.n_rot = int(f.get_u32(p + "rope.dimension_count", uint32_t(c.head_dim)));
   TQ_CHECK(c.n_rot > 0 && c.n_rot <= c.head_dim && c.n_rot % 2 == 0, "{}: rope.dimension_count {} is invalid", path,
            c.n_rot);
