@@ -82,8 +82,9 @@ TEST_CASE("smollm2 tokenizer: digits are split one by one, specials stay text", 
 }
 
 // SmolLM2's vocabulary has no character token for the control bytes 0x04, 0x06, 0x13, 0x14, 0x16 and 0x1D, nor
-// for 0xF1 and 0xF2 (lead bytes of U+40000 … U+BFFFF): llama.cpp drops them (ids from llama-cpp-python 0.3.36: Llama(MODEL, vocab_only=True).tokenize(BYTES,
-// add_bos=False, special=False)), where an unknown token would put <|endoftext|> into the text.
+// for 0xF1 and 0xF2 (lead bytes of U+40000 … U+BFFFF): llama.cpp drops them, where an unknown token would put
+// <|endoftext|> into the text. Ids from llama-cpp-python 0.3.36:
+//   Llama(MODEL, vocab_only=True).tokenize(BYTES, add_bos=False, special=False)
 TEST_CASE("smollm2 tokenizer: bytes without a token are dropped, as in llama.cpp", "[model][tokenizer]") {
   const Tokenizer& t = smollm2();
   CHECK(t.encode("a\x04" "b\x1d" "c") == Ids{81, 82, 83});

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -93,6 +94,7 @@ struct Faults {
   std::string omit;                                      // a tensor left out
   std::map<std::string, std::vector<uint64_t>> reshape;  // tensors written with a wrong shape
   std::map<std::string, uint32_t> meta;                  // u32 metadata written with these values instead
+  std::map<std::string, float> meta_f32;                 // f32 metadata likewise
 };
 
 using Mat = std::vector<double>;  // row-major [out, in]
@@ -123,7 +125,7 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed, const 
   const std::string a = s.arch + ".";
   const bool gemma = s.arch == "gemma3", qwen2 = s.arch == "qwen2";
   const int vocab = 257;
-  auto u32 = [&](const std::string& key, uint32_t v) {
+  const auto u32 = [&](const std::string& key, uint32_t v) {
     const auto it = faults.meta.find(key);
     f.u32(key, it == faults.meta.end() ? v : it->second);
   };
@@ -138,8 +140,12 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed, const 
     u32(a + "attention.key_length", uint32_t(s.hd));
     u32(a + "attention.value_length", uint32_t(s.hd));
   }
-  f.f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
-  f.f32(a + "rope.freq_base", s.theta);
+  const auto f32 = [&](const std::string& key, float v) {
+    const auto it = faults.meta_f32.find(key);
+    f.f32(key, it == faults.meta_f32.end() ? v : it->second);
+  };
+  f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  f32(a + "rope.freq_base", s.theta);
   if (gemma) u32(a + "attention.sliding_window", uint32_t(s.window));
   f.str("tokenizer.ggml.model", "gpt2");
   f.str("tokenizer.ggml.pre", "gpt2");
@@ -425,14 +431,14 @@ TEST_CASE("tiny qwen2: forward matches a float64 reference (biases, NEOX, head_d
 TEST_CASE("tiny qwen2: a missing or misshapen bias is named", "[model_tiny]") {
   const Spec s{"qwen2", 1, 32, 48, 4, 2, 8, 0, 1e6f};
   TempPath p1("tq_test_tiny_qwen2_nobias.gguf");
-  make_model(s, p1.p, 13, Faults{"blk.0.attn_k.bias", {}, {}});
+  make_model(s, p1.p, 13, Faults{"blk.0.attn_k.bias", {}, {}, {}});
   CHECK_THROWS_WITH(Model::load(p1.p, false), Catch::Contains("tensor 'blk.0.attn_k.bias' is missing"));
   TempPath p2("tq_test_tiny_qwen2_badbias.gguf");
-  make_model(s, p2.p, 13, Faults{"", {{"blk.0.attn_v.bias", {12}}}, {}});
+  make_model(s, p2.p, 13, Faults{"", {{"blk.0.attn_v.bias", {12}}}, {}, {}});
   CHECK_THROWS_WITH(Model::load(p2.p, false),
                     Catch::Contains("tensor 'blk.0.attn_v.bias' has shape [12], expected [16]"));
   TempPath p3("tq_test_tiny_qwen2_badq.gguf");
-  make_model(s, p3.p, 13, Faults{"", {{"blk.0.attn_q.weight", {32, 30}}}, {}});
+  make_model(s, p3.p, 13, Faults{"", {{"blk.0.attn_q.weight", {32, 30}}}, {}, {}});
   CHECK_THROWS_WITH(Model::load(p3.p, false), Catch::Contains("tensor 'blk.0.attn_q.weight' has shape"));
 }
 
@@ -440,16 +446,34 @@ TEST_CASE("tiny qwen2: a missing or misshapen bias is named", "[model_tiny]") {
 TEST_CASE("tiny models: implausible head counts and head dims are named", "[model_tiny]") {
   const Spec s{"llama", 1, 32, 48, 4, 2, 8, 0, 10000.0f};
   TempPath p1("tq_test_tiny_llama_hd.gguf");
-  make_model(s, p1.p, 3,
-             Faults{"", {}, {{"llama.attention.key_length", 1u << 30}, {"llama.attention.value_length", 1u << 30}}});
+  const std::map<std::string, uint32_t> huge_hd{{"llama.attention.key_length", 1u << 30},
+                                                {"llama.attention.value_length", 1u << 30}};
+  make_model(s, p1.p, 3, Faults{"", {}, huge_hd, {}});
   CHECK_THROWS_WITH(Model::load(p1.p, false), Catch::Contains("key_length 1073741824 / value_length 1073741824"));
   TempPath p2("tq_test_tiny_llama_heads.gguf");
-  make_model(s, p2.p, 3, Faults{"", {}, {{"llama.attention.head_count", 1u << 13}}});
+  make_model(s, p2.p, 3, Faults{"", {}, {{"llama.attention.head_count", 1u << 13}}, {}});
   CHECK_THROWS_WITH(Model::load(p2.p, false),
                     Catch::Contains("implausible hyperparameters: 1 layers, n_embd 32, n_ff 48, 8192 heads"));
   TempPath p3("tq_test_tiny_llama_embd.gguf");
-  make_model(s, p3.p, 3, Faults{"", {}, {{"llama.embedding_length", 0x7fffffffu}}});
+  make_model(s, p3.p, 3, Faults{"", {}, {{"llama.embedding_length", 0x7fffffffu}}, {}});
   CHECK_THROWS_WITH(Model::load(p3.p, false), Catch::Contains("n_embd 2147483647"));
+}
+
+// A NaN, infinite or negative RMSNorm epsilon or RoPE base would make every logit NaN: refused by name.
+TEST_CASE("tiny models: invalid RMSNorm epsilon and RoPE base are named", "[model_tiny]") {
+  const Spec s{"llama", 1, 32, 48, 4, 2, 8, 0, 10000.0f};
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::string eps = "llama.attention.layer_norm_rms_epsilon", base = "llama.rope.freq_base";
+  for (const auto& [key, v] :
+       std::vector<std::pair<std::string, float>>{{eps, nan}, {eps, -1e-6f}, {base, inf}, {base, 0.0f}}) {
+    INFO(key << " " << v);
+    TempPath p("tq_test_tiny_llama_eps.gguf");
+    make_model(s, p.p, 3, Faults{"", {}, {}, {{key, v}}});
+    CHECK_THROWS_WITH(Model::load(p.p, false), Catch::Contains("rope.freq_base") && Catch::Contains("are invalid"));
+  }
+  TempPath ok("tq_test_tiny_llama_eps0.gguf");  // epsilon 0 is valid (RMSNorm of a nonzero row)
+  make_model(s, ok.p, 3, Faults{"", {}, {}, {{eps, 0.0f}}});
+  CHECK_NOTHROW(Model::load(ok.p, false));
 }
 
 TEST_CASE("tiny models: captures, stores and bad input", "[model_tiny]") {

@@ -86,8 +86,10 @@ std::string byte_char(int b) {
 // character token (byte b's id holds "<missing b>"), and id 0 is then also the unknown token.
 Tokenizer gpt2(const std::string& pre, const std::vector<int>& missing = {}) {
   std::vector<std::string> tok{"<|endoftext|>"};
-  for (int b = 0; b < 256; ++b)
-    tok.push_back(std::find(missing.begin(), missing.end(), b) == missing.end() ? byte_char(b) : "<missing " + std::to_string(b) + ">");
+  for (int b = 0; b < 256; ++b) {
+    const bool has = std::find(missing.begin(), missing.end(), b) == missing.end();
+    tok.push_back(has ? byte_char(b) : "<missing " + std::to_string(b) + ">");
+  }
   const std::string G = byte_char(' ');  // "Ġ"
   tok.push_back(G + "t");       // 257
   tok.push_back("he");          // 258

@@ -232,6 +232,9 @@ Model Model::load(const std::string& path, bool verbose, MatmulMode matmul) {
   c.rms_eps = f.get_f32(p + "attention.layer_norm_rms_epsilon");
   c.n_ctx_train = int(f.get_u32(p + "context_length", 0));
   const float theta = f.get_f32(p + "rope.freq_base", 10000.0f);
+  TQ_CHECK(std::isfinite(c.rms_eps) && c.rms_eps >= 0.0f && std::isfinite(theta) && theta > 0.0f,
+           "{}: layer_norm_rms_epsilon {} / rope.freq_base {} are invalid (must be finite, ≥ 0 and > 0)", path,
+           c.rms_eps, theta);
   const GgufTensor& embd = f.tensor("token_embd.weight");
   TQ_CHECK(embd.n_dims == 2 && embd.ne[0] == c.n_embd, "{}: token_embd.weight has shape {}, expected [{}, n_vocab]",
            path, embd.shape_string(), c.n_embd);
