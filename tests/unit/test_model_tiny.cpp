@@ -459,6 +459,54 @@ TEST_CASE("tiny models: implausible head counts and head dims are named", "[mode
   CHECK_THROWS_WITH(Model::load(p3.p, false), Catch::Contains("n_embd 2147483647"));
 }
 
+// Random tiny models (random shapes, one fault each from the ones a damaged or foreign GGUF shows: a tensor
+// left out or misshapen, a hyperparameter 0, odd, huge or negative as int, a NaN or infinite float) either load
+// and give finite logits, or fail with a tq::Error; under ASan/UBSan (CI) nothing else may happen on the way.
+TEST_CASE("tiny models: random shapes and faults load or fail with a clear error", "[model_tiny]") {
+  Rng r(2026);
+  const char* archs[] = {"llama", "gemma3", "qwen2"};
+  const uint32_t ints[] = {0u, 1u, 3u, 7u, 4096u, 4097u, 1u << 20, 1u << 30, 0x7fffffffu, 0x80000000u, 0xffffffffu};
+  const float floats[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1.0f,
+                          0.0f, 1e-30f, 1e30f};
+  int loaded = 0, refused = 0;
+  for (int i = 0; i < 150; ++i) {
+    const int heads = int(1 + r.below(4));
+    const Spec s{archs[r.below(3)], int(1 + r.below(2)), 8 * int(1 + r.below(4)), 8 * int(1 + r.below(4)), heads,
+                 r.coin() ? heads : int(1 + r.below(4)), 2 * int(1 + r.below(4)), int(r.below(3)), 10000.0f};
+    const std::string a = s.arch + ".", b = "blk.0.";
+    const std::vector<std::string> tensors{"token_embd.weight", "output_norm.weight", b + "attn_norm.weight",
+                                           b + "attn_q.weight",     b + "attn_k.weight",  b + "attn_v.weight",
+                                           b + "attn_output.weight", b + "ffn_up.weight", b + "ffn_down.weight"};
+    const std::vector<std::string> ukeys{a + "block_count", a + "embedding_length", a + "feed_forward_length",
+                                         a + "attention.head_count", a + "attention.head_count_kv",
+                                         a + "attention.key_length", a + "attention.sliding_window"};
+    Faults faults;
+    switch (r.below(5)) {
+      case 0: faults.omit = tensors[r.below(tensors.size())]; break;
+      case 1: faults.reshape[tensors[r.below(tensors.size())]] = {8 * (1 + r.below(3)), 1 + r.below(9)}; break;
+      case 2: faults.meta[ukeys[r.below(ukeys.size())]] = ints[r.below(std::size(ints))]; break;
+      case 3: faults.meta_f32[a + (r.coin() ? "rope.freq_base" : "attention.layer_norm_rms_epsilon")] =
+                  floats[r.below(std::size(floats))]; break;
+      default: break;  // the shapes alone
+    }
+    INFO("model " << i << ": " << s.arch << " layers " << s.layers << " embd " << s.embd << " ff " << s.ff << " heads "
+                  << s.heads << "/" << s.kv_heads << " hd " << s.hd);
+    TempPath p("tq_test_tiny_random.gguf");
+    make_model(s, p.p, uint64_t(100 + i), faults);
+    try {
+      const Model m = Model::load(p.p, false);
+      const RowMatrix lg = m.forward(random_tokens(5, uint64_t(i)), nullptr, 0);
+      REQUIRE(lg.rows() == 5);
+      REQUIRE(lg.allFinite());
+      ++loaded;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  CHECK(loaded >= 20);  // both outcomes are exercised
+  CHECK(refused >= 20);
+}
+
 // A NaN, infinite or negative RMSNorm epsilon or RoPE base would make every logit NaN: refused by name.
 TEST_CASE("tiny models: invalid RMSNorm epsilon and RoPE base are named", "[model_tiny]") {
   const Spec s{"llama", 1, 32, 48, 4, 2, 8, 0, 10000.0f};
