@@ -62,10 +62,12 @@ std::vector<std::string> draw_plots(const std::string& dir) {
   return out;
 }
 
-void make_output_dir(const std::string& dir) {
-  ::mkdir(dir.c_str(), 0755);
+// Returns whether it created the directory.
+bool make_output_dir(const std::string& dir) {
+  const bool created = ::mkdir(dir.c_str(), 0755) == 0;
   struct stat st{};
   TQ_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "--out '{}' is not a directory", dir);
+  return created;
 }
 
 }  // namespace
@@ -97,10 +99,16 @@ int main(int argc, char** argv) {
     cfg.command = "tq-ablate";
     for (int i = 1; i < argc; ++i) cfg.command += std::string(" ") + argv[i];
     tq::AblationPlan plan = tq::plan_ablation(cfg);  // every input checked before anything is written
-    make_output_dir(out_dir);
+    const bool created = make_output_dir(out_dir);
     const int64_t total = plan.total_layers();
     tq::Progress progress("tq-ablate", total);
-    const tq::AblationResults res = tq::run_ablation(std::move(plan), [&](int64_t done, int64_t) { progress.update(done); });
+    tq::AblationResults res;
+    try {  // a layer's data is read (and checked: finite values) only here
+      res = tq::run_ablation(std::move(plan), [&](int64_t done, int64_t) { progress.update(done); });
+    } catch (...) {
+      if (created) ::rmdir(out_dir.c_str());  // nothing is written before the run ends
+      throw;
+    }
     progress.finish();
 
     std::string csv = tq::metrics_csv_header() + "\n";

@@ -56,15 +56,20 @@ expect_rc 2; expect_err "^tq-ablate: error: format 'k=mse9'"; expect_err "^tq-ab
 rm -rf "$TMP/bad_out"
 
 # Bad input: one message, exit 2, nothing written.
-python3 - "$TMP/bad.h5" <<'PY' 2>/dev/null && HAVE_H5PY=1 || HAVE_H5PY=0
-import sys, h5py
+python3 - "$TMP/bad.h5" "$TMP/kv.h5" "$TMP/nan.h5" <<'PY' 2>/dev/null && HAVE_H5PY=1 || HAVE_H5PY=0
+import shutil, sys, h5py
 with h5py.File(sys.argv[1], "w") as f:
     f.attrs["schema"] = "tqkit-kvdump/1"  # everything else missing
+shutil.copy(sys.argv[2], sys.argv[3])
+with h5py.File(sys.argv[3], "r+") as f:  # a valid schema with one NaN key value (found only when the layer is read)
+    k = f["layer_029/k"][...]
+    k[3, 1, 5] = float("nan")
+    f["layer_029/k"][...] = k
 PY
 printf 'not an hdf5 file' > "$TMP/junk.h5"
 cases=("--dump $TMP/junk.h5" "--dump $TMP/kv.h5 --format q9_9" "--dump $TMP/kv.h5 --format k=mse9"
        "--dump $TMP/kv.h5 --layers 5" "--dump $TMP/kv.h5 --study nope" "--dump /nonexistent.h5")
-[ "$HAVE_H5PY" = 1 ] && cases+=("--dump $TMP/bad.h5")
+[ "$HAVE_H5PY" = 1 ] && cases+=("--dump $TMP/bad.h5" "--dump $TMP/nan.h5")
 for args in "${cases[@]}"; do
   run "$A" $args --out "$TMP/bad_out"
   expect_rc 2; expect_empty_out

@@ -5,6 +5,7 @@
 #include <H5Cpp.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,59 @@ TEST_CASE("kv_dump: the reader names missing and mismatched fields", "[kv_dump]"
   CHECK_THROWS_WITH(KvDump::open(tmp.path), Catch::Contains("not an HDF5 file"));
   CHECK_THROWS_WITH(KvDump::open("/nonexistent/kv.h5"), Catch::Contains("/nonexistent/kv.h5: cannot open"));
   CHECK_THROWS_WITH(KvDumpWriter("/nonexistent/dir/kv.h5", h), Catch::Contains("cannot create"));
+}
+
+// A NaN or an infinity in q, k or v would turn every metric computed from the layer into NaN: the writer refuses
+// to write one (and a value beyond f16's range in an f16 dump, which would become one), the reader to return one.
+TEST_CASE("kv_dump: values that are not finite are named, writing and reading", "[kv_dump]") {
+  H5::Exception::dontPrint();
+  std::vector<float> q(5 * 4 * 8, 0.5f), kv(5 * 2 * 8, 0.25f);
+  for (const bool f16 : {false, true}) {
+    INFO("f16 " << f16);
+    TempFile tmp("tq_test_kv_dump_nan.h5");
+    const KvDumpHeader h = small_header(f16);
+    std::vector<float> bad = kv;
+    bad[(3 * 2 + 1) * 8 + 6] = std::numeric_limits<float>::quiet_NaN();  // token 3, head 1, dim 6
+    {
+      KvDumpWriter w(tmp.path, h);
+      CHECK_THROWS_WITH(w.write_layer(0, 1e4, 0, 0.125, q.data(), bad.data(), kv.data()),
+                        Catch::Contains("/layer_000/k: token 3, head 1, dim 6: nan is not finite"));
+    }
+    bad[(3 * 2 + 1) * 8 + 6] = 70000.0f;  // finite, beyond f16
+    {
+      KvDumpWriter w(tmp.path, h);
+      if (f16)
+        CHECK_THROWS_WITH(w.write_layer(0, 1e4, 0, 0.125, q.data(), kv.data(), bad.data()),
+                          Catch::Contains("/layer_000/v: token 3, head 1, dim 6: 70000 is beyond the f16 range"));
+      else
+        CHECK_NOTHROW(w.write_layer(0, 1e4, 0, 0.125, q.data(), kv.data(), bad.data()));
+    }
+    // a file written elsewhere: the reader names the first bad value of the layer it reads
+    {
+      KvDumpWriter w(tmp.path, h);
+      w.write_layer(2, 1e4, 0, 0.125, q.data(), kv.data(), kv.data());
+    }
+    {
+      H5::H5File f(tmp.path, H5F_ACC_RDWR);
+      H5::DataSet ds = f.openGroup("layer_002").openDataSet("q");
+      std::vector<float> x(q);
+      x[(4 * 4 + 2) * 8 + 1] = -std::numeric_limits<float>::infinity();  // token 4, head 2, dim 1
+      ds.write(x.data(), H5::PredType::NATIVE_FLOAT);
+    }
+    {
+      const KvDump d = KvDump::open(tmp.path);  // (the schema is fine)
+      CHECK_THROWS_WITH(d.read_layer(2), Catch::Contains(tmp.path) && Catch::Contains("/layer_002/q: token 4, head 2, "
+                                                                                      "dim 1: -inf is not finite"));
+    }
+    {
+      H5::H5File f(tmp.path, H5F_ACC_RDWR);
+      H5::Attribute a = f.openGroup("layer_002").openAttribute("attn_scale");
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      a.write(H5::PredType::NATIVE_DOUBLE, &nan);
+    }
+    CHECK_THROWS_WITH(KvDump::open(tmp.path).read_layer(2),
+                      Catch::Contains("/layer_002: rope_theta 10000, attn_scale nan"));
+  }
 }
 
 TEST_CASE("layer lists: indices, ranges, firstN/lastN, errors", "[kv_dump]") {

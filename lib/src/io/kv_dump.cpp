@@ -3,6 +3,7 @@
 #include <H5Cpp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -56,6 +57,20 @@ std::string layer_name(int l) { return fmt::format("layer_{:03d}", l); }
 
 bool link_exists(const H5::Group& g, const std::string& name) {
   return H5Lexists(g.getId(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+// Element i of a [n_tokens, heads, head_dim] tensor, as "token t, head h, dim d".
+std::string element_at(size_t i, int heads, int head_dim) {
+  const size_t row = i / size_t(head_dim);
+  return fmt::format("token {}, head {}, dim {}", row / size_t(heads), row % size_t(heads), i % size_t(head_dim));
+}
+
+// The first value of x [n_tokens, heads, head_dim] that is not finite, as "token t, head h, dim d: VALUE", or "".
+std::string first_non_finite(const float* x, int64_t n_tokens, int heads, int head_dim) {
+  const size_t n = size_t(n_tokens) * size_t(heads) * size_t(head_dim);
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return fmt::format("{}: {}", element_at(i, heads, head_dim), x[i]);
+  return "";
 }
 
 }  // namespace
@@ -125,10 +140,16 @@ void KvDumpWriter::write_layer(int layer, double rope_theta, int64_t sliding_win
     auto put = [&](const char* ds_name, const float* x, int heads) {
       const hsize_t dims[3] = {hsize_t(im.h.n_tokens), hsize_t(heads), hsize_t(im.h.head_dim)};
       const size_t n = size_t(im.h.n_tokens) * size_t(heads) * size_t(im.h.head_dim);
+      const std::string bad = first_non_finite(x, im.h.n_tokens, heads, im.h.head_dim);
+      TQ_CHECK(bad.empty(), "{}: /{}/{}: {} is not finite", im.path, name, ds_name, bad);
       H5::DataSpace sp(3, dims);
       if (im.h.f16) {
         buf.resize(n);
-        for (size_t i = 0; i < n; ++i) buf[i] = float_to_half(x[i]);
+        for (size_t i = 0; i < n; ++i) {
+          buf[i] = float_to_half(x[i]);
+          TQ_CHECK((buf[i] & 0x7c00u) != 0x7c00u, "{}: /{}/{}: {}: {} is beyond the f16 range (±65504): use --dtype f32",
+                   im.path, name, ds_name, element_at(i, heads, im.h.head_dim), x[i]);
+        }
         H5::DataSet ds = g.createDataSet(ds_name, half, sp);
         ds.write(buf.data(), half);
       } else {
@@ -314,6 +335,10 @@ KvDumpLayer KvDump::read_layer(int layer) const {
     out.rope_theta = read_float_attr(g, where, "rope_theta", im.path);
     out.sliding_window = read_int_attr(g, where, "sliding_window", im.path);
     out.attn_scale = read_float_attr(g, where, "attn_scale", im.path);
+    TQ_CHECK(std::isfinite(out.rope_theta) && std::isfinite(out.attn_scale) && out.attn_scale > 0 &&
+                 out.sliding_window >= 0,
+             "{}: {}: rope_theta {}, attn_scale {}, sliding_window {}: must be finite, > 0 and ≥ 0", im.path, where,
+             out.rope_theta, out.attn_scale, out.sliding_window);
     std::vector<uint16_t> buf;
     auto get = [&](const char* name, int heads, std::vector<float>& x) {
       const size_t n = size_t(im.h.n_tokens) * size_t(heads) * size_t(im.h.head_dim);
@@ -326,6 +351,8 @@ KvDumpLayer KvDump::read_layer(int layer) const {
       } else {
         ds.read(x.data(), H5::PredType::NATIVE_FLOAT);
       }
+      const std::string bad = first_non_finite(x.data(), im.h.n_tokens, heads, im.h.head_dim);
+      TQ_CHECK(bad.empty(), "{}: {}/{}: {} is not finite", im.path, where, name, bad);
     };
     get("q", im.h.n_heads, out.q);
     get("k", im.h.n_kv_heads, out.k);
