@@ -102,7 +102,8 @@ namespace {
 // 3- and 4-byte characters of every plane, and the models' special-token strings as plain text.
 std::vector<std::string> random_texts(int n, uint64_t seed) {
   tq::Rng r(seed);
-  const std::vector<std::string> specials{"<|endoftext|>", "<|im_start|>", "<bos>", "</s>", "<start_of_turn>", "<0x41>"};
+  const std::vector<std::string> specials{"<|endoftext|>", "<|im_start|>",    "<bos>",
+                                          "</s>",          "<start_of_turn>", "<0x41>"};
   auto utf8 = [](uint32_t cp) {
     std::string s;
     if (cp < 0x80) {
