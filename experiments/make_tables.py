@@ -264,10 +264,11 @@ def op_overhead():
     """experiments/results/README.md's paragraph on the torch op: what a decode_out call costs over its kernels
     (the same call eager against replayed from a CUDA graph) and its host time, one sentence per machine
     measured; empty until the result file exists."""
-    if not op_rows():
+    all_rows = op_rows()
+    if not all_rows:
         return ""
     by_device = {}  # device -> its rows, in the file's order
-    for r in op_rows():
+    for r in all_rows:
         by_device.setdefault(r["device"], []).append(r)
     sentences = []
     for device, rows in by_device.items():

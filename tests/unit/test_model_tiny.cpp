@@ -125,10 +125,13 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed, const 
   const std::string a = s.arch + ".";
   const bool gemma = s.arch == "gemma3", qwen2 = s.arch == "qwen2";
   const int vocab = 257;
-  const auto u32 = [&](const std::string& key, uint32_t v) {
-    const auto it = faults.meta.find(key);
-    f.u32(key, it == faults.meta.end() ? v : it->second);
+  // v, or the value faults give the key in `over`
+  const auto or_fault = [](const auto& over, const std::string& key, auto v) {
+    const auto it = over.find(key);
+    return it == over.end() ? v : it->second;
   };
+  const auto u32 = [&](const std::string& key, uint32_t v) { f.u32(key, or_fault(faults.meta, key, v)); };
+  const auto f32 = [&](const std::string& key, float v) { f.f32(key, or_fault(faults.meta_f32, key, v)); };
   f.str("general.architecture", s.arch);
   f.str("general.name", "tiny-" + s.arch);
   u32(a + "block_count", uint32_t(s.layers));
@@ -140,10 +143,6 @@ Weights make_model(const Spec& s, const std::string& path, uint64_t seed, const 
     u32(a + "attention.key_length", uint32_t(s.hd));
     u32(a + "attention.value_length", uint32_t(s.hd));
   }
-  const auto f32 = [&](const std::string& key, float v) {
-    const auto it = faults.meta_f32.find(key);
-    f.f32(key, it == faults.meta_f32.end() ? v : it->second);
-  };
   f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   f32(a + "rope.freq_base", s.theta);
   if (gemma) u32(a + "attention.sliding_window", uint32_t(s.window));

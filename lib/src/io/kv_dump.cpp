@@ -65,12 +65,12 @@ std::string element_at(size_t i, int heads, int head_dim) {
   return fmt::format("token {}, head {}, dim {}", row / size_t(heads), row % size_t(heads), i % size_t(head_dim));
 }
 
-// The first value of x [n_tokens, heads, head_dim] that is not finite, as "token t, head h, dim d: VALUE", or "".
-std::string first_non_finite(const float* x, int64_t n_tokens, int heads, int head_dim) {
+// Throws, naming the first value of x [n_tokens, heads, head_dim] that is not finite (tensor: "/layer_LLL/k").
+void require_finite(const float* x, int64_t n_tokens, int heads, int head_dim, const std::string& path,
+                    const std::string& tensor) {
   const size_t n = size_t(n_tokens) * size_t(heads) * size_t(head_dim);
   for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return fmt::format("{}: {}", element_at(i, heads, head_dim), x[i]);
-  return "";
+    TQ_CHECK(std::isfinite(x[i]), "{}: {}: {}: {} is not finite", path, tensor, element_at(i, heads, head_dim), x[i]);
 }
 
 }  // namespace
@@ -140,8 +140,7 @@ void KvDumpWriter::write_layer(int layer, double rope_theta, int64_t sliding_win
     auto put = [&](const char* ds_name, const float* x, int heads) {
       const hsize_t dims[3] = {hsize_t(im.h.n_tokens), hsize_t(heads), hsize_t(im.h.head_dim)};
       const size_t n = size_t(im.h.n_tokens) * size_t(heads) * size_t(im.h.head_dim);
-      const std::string bad = first_non_finite(x, im.h.n_tokens, heads, im.h.head_dim);
-      TQ_CHECK(bad.empty(), "{}: /{}/{}: {} is not finite", im.path, name, ds_name, bad);
+      require_finite(x, im.h.n_tokens, heads, im.h.head_dim, im.path, fmt::format("/{}/{}", name, ds_name));
       H5::DataSpace sp(3, dims);
       if (im.h.f16) {
         buf.resize(n);
@@ -351,8 +350,7 @@ KvDumpLayer KvDump::read_layer(int layer) const {
       } else {
         ds.read(x.data(), H5::PredType::NATIVE_FLOAT);
       }
-      const std::string bad = first_non_finite(x.data(), im.h.n_tokens, heads, im.h.head_dim);
-      TQ_CHECK(bad.empty(), "{}: {}/{}: {} is not finite", im.path, where, name, bad);
+      require_finite(x.data(), im.h.n_tokens, heads, im.h.head_dim, im.path, where + "/" + name);
     };
     get("q", im.h.n_heads, out.q);
     get("k", im.h.n_kv_heads, out.k);
