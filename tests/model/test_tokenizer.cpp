@@ -106,16 +106,7 @@ std::vector<std::string> random_texts(int n, uint64_t seed) {
                                           "</s>",          "<start_of_turn>", "<0x41>"};
   auto utf8 = [](uint32_t cp) {
     std::string s;
-    if (cp < 0x80) {
-      s += char(cp);
-    } else if (cp < 0x800) {
-      s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 63));
-    } else if (cp < 0x10000) {
-      s += char(0xE0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 63)), s += char(0x80 | (cp & 63));
-    } else {
-      s += char(0xF0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 63)), s += char(0x80 | ((cp >> 6) & 63));
-      s += char(0x80 | (cp & 63));
-    }
+    tq::append_utf8(s, cp);
     return s;
   };
   std::vector<std::string> out;

@@ -61,4 +61,7 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Appends code point cp (< 0x110000) to s as UTF-8.
+void append_utf8(std::string& s, uint32_t cp);
+
 }  // namespace tq
