@@ -322,12 +322,24 @@ struct ColumnChunks {
 // dir 0: queries → column order; dir 1: column-order outputs → out. Thread x of row (b, j, h): the
 // element pairs x, x + blockDim.x, … of that row.
 // bf16: src holds bf16 queries (dir 0), written as fp16.
+// q_start, q_rows: DecodeParams' (variable query counts; null: q_len each).
 __global__ void mq_reorder_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int dir, int bf16, int q_len,
-                                  int n_q_heads, int group, int head_dim, int64_t s_b, int64_t s_t, int64_t s_h) {
+                                  int n_q_heads, int group, int head_dim, int64_t s_b, int64_t s_t, int64_t s_h,
+                                  const int32_t* __restrict__ q_start, int64_t q_rows) {
   const int row = blockIdx.x, h = row % n_q_heads, j = row / n_q_heads % q_len, b = row / (n_q_heads * q_len);
   const int kvh = h / group, g = h % group;
   const int64_t vrow = int64_t(b) * n_q_heads * q_len + int64_t(kvh) * q_len * group + int64_t(j) * group + g;
-  const int64_t user = int64_t(b) * s_b + int64_t(j) * s_t + int64_t(h) * s_h;
+  int64_t user = int64_t(b) * s_b + int64_t(j) * s_t + int64_t(h) * s_h;
+  if (q_start && q_len > 1) {
+    const int64_t urow = int64_t(q_start[b]) + j;
+    if (j >= dev::query_count(q_start, b, q_len) || urow < 0 || urow >= q_rows) {  // no query here
+      if (dir == 0)
+        for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x))
+          *reinterpret_cast<uint32_t*>(dst + vrow * head_dim + x) = 0u;
+      return;
+    }
+    user = urow * s_t + int64_t(h) * s_h;
+  }
   const int64_t from = dir == 0 ? user : vrow * head_dim, to = dir == 0 ? vrow * head_dim : user;
   for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x)) {
     const uint32_t w = *reinterpret_cast<const uint32_t*>(src + from + x);
@@ -345,7 +357,8 @@ void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& 
   const int bf16 = dir == 0 && p.dtype == Dtype16::bf16 ? 1 : 0;
   mq_reorder_kernel<<<rows, unsigned(head_dim / 2), 0, stream>>>(static_cast<const __half*>(src), static_cast<__half*>(dst),
                                                                  dir, bf16, p.q_len, p.n_q_heads,
-                                                                 p.n_q_heads / n_kv_heads, head_dim, s_b, s_t, s_h);
+                                                                 p.n_q_heads / n_kv_heads, head_dim, s_b, s_t, s_h,
+                                                                 p.q_start, p.q_rows);
   TQ_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -540,7 +553,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};
-        const MultiQuery m{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, c0};
+        const MultiQuery m{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, c0, p_in.q_start};
         decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
                                 plan.smem_bytes, stream);
       });
@@ -565,7 +578,10 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       });
     }
   });
-  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, stream);
+  if (plan.parts > 1)
+    launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots,
+                        multi ? MultiQuery{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, 0, p_in.q_start} : MultiQuery{},
+                        stream);
   sq.scatter(stream);
 }
 

@@ -64,12 +64,6 @@ struct DecodeKernelSel {
   bool cta_merge = false;   // the CTA merges its warps' parts (KernelTraits::kCtaMerge; DecodePlan::part_warps 1)
 };
 
-// Multi-query decode (DecodeParams::q_len > 1): the launch's columns are virtual query heads
-// c = j·group + g (query j of the chunk, head g of the kv head's group), and column c sees the
-// positions [0, seq_len − q_len + j]. col0: the launch's first column (a slice of the columns).
-struct MultiQuery {
-  int q_len = 1, group = 1, col0 = 0;
-};
 // The causal kernels' tables: the format's tables plus MultiQuery (a separate type, as for
 // DecodeTablesTm: the single-query kernels' parameters stay as they were).
 template <class T>

@@ -87,6 +87,14 @@ __device__ __forceinline__ int query_head(const DecodeArgs& a, int kvh, int g) {
   return kvh * (SLICED ? a.group_stride : a.group) + g;
 }
 
+// Sequence b's query tokens in a multi-query decode: q_len, or (DecodeParams::q_start) its q_start
+// difference taken into 1 … q_len (a count out of range gives wrong results, never a wrong access).
+__device__ __forceinline__ int query_count(const int32_t* q_start, int b, int q_len) {
+  if (!q_start) return q_len;
+  const int64_t n = int64_t(q_start[b + 1]) - q_start[b];
+  return int(n < 1 ? 1 : n > q_len ? q_len : n);
+}
+
 // ---- Work items: which tokens of which sequence a CTA reads ----
 // The grid has n_items ≥ batch CTAs per head group. Sequence b's t_b = ceil(len_b / tile)
 // tiles are cut into count_b = max(1, ceil(t_b / L)) chunks of L tiles (the last one
@@ -394,11 +402,24 @@ __device__ __forceinline__ float sum_over_token_lanes(float v) {
 
 }  // namespace dev
 
+// Multi-query decode (DecodeParams::q_len > 1): the launch's columns are virtual query heads
+// c = j·group + g (query j of the chunk, head g of the kv head's group), and column c sees the
+// positions [0, seq_len − q_len + j]. col0: the launch's first column (a slice of the columns).
+// q_start (DecodeParams'): null, or sequence b's query count is q_start's difference there
+// (dev::query_count; q_len the longest), its columns j past the count skipped: no stage-1 CTA or merge
+// row computes them, and the scatter does not write them back.
+struct MultiQuery {
+  int q_len = 1, group = 1, col0 = 0;
+  const int32_t* q_start = nullptr;
+};
+
 // Stage 2: out[b, h, :] = Σ_parts 2^(lse_i − max) o_i / Σ 2^(lse_i − max); parts
 // with lse = −inf (empty ranges) are skipped; a sequence with no tokens gives 0.
 // tile, balance: the dealing of stage 1 (tokens per tile, DecodePlan::balance_slots), which the merge
 // repeats for its rows (dev::seq_items_of); tile 0: stage 1 wrote them to a.seq_items (FP16 decode).
-void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, cudaStream_t stream);
+// mq: a multi-query decode's (its q_start's padding rows are skipped; default: every row merged).
+void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, const MultiQuery& mq,
+                         cudaStream_t stream);
 
 // ---- Multi-query decode (DecodeParams::q_len > 1) ----
 // The q_len · G query rows of a kv head become the columns of one launch ("virtual query heads",
@@ -423,7 +444,9 @@ struct MqLayout {
 };
 
 // dir 0: the queries (strides s_b, s_t, s_h) → column order in dst, as fp16 (from bf16 where p.dtype
-// says so); dir 1: column-order outputs → out (bits copied).
+// says so); dir 1: column-order outputs → out (bits copied). With p.q_start (q_len > 1), query j of
+// sequence b is row q_start[b] + j (stride s_t; s_b unused) for j < its count: the columns of the other
+// j are zeros (dir 0) and not written back (dir 1), nor are rows outside [0, p.q_rows).
 void launch_mq_reorder(const void* src, void* dst, int dir, const DecodeParams& p, int n_kv_heads, int head_dim,
                        int64_t s_b, int64_t s_t, int64_t s_h, cudaStream_t stream);
 // The single-query problem a multi-query decode runs: q_len · n_q_heads query heads in column order
@@ -453,7 +476,7 @@ struct StagedQueries {
     return staged ? (plan.parts == 1 ? nullptr : mq + ml.bytes()) : workspace;
   }
   void gather(cudaStream_t stream) const {
-    if (staged)
+    if (staged)  // (q_len 1: the rows are the sequences, q_start or not)
       launch_mq_reorder(in.query, mq, 0, in, n_kv_heads, head_dim, in.q_stride_batch, in.q_stride_token,
                         in.q_stride_head, stream);
   }

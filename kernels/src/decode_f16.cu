@@ -22,12 +22,12 @@ namespace {
 // SLICED: one slice of ≤ 8 query columns of G > 8 (dev::query_head); NT = 2 (SLICED): all of
 // 8 < G ≤ 16 in one launch, each K / V fragment feeding two MMAs (query columns 8t + …, t < NT),
 // so the cache is read once (f16_tiles). CAUSAL (multi-query, SLICED): the launch's columns are the
-// virtual query heads col0 … of q_len · G (MqLayout), column c seeing positions < seq_len − q_len + 1
-// + c / group.
+// virtual query heads col0 … of q_len · G (MqLayout), column c seeing positions < seq_len − n + 1
+// + c / group (n: the sequence's query count, dev::query_count of mq_start).
 template <int D, bool SLICED, int NT = 1, bool CAUSAL = false>
 __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const __half* __restrict__ kc,
                                                          const __half* __restrict__ vc, int mq_len, int mq_group,
-                                                         int mq_col0) {
+                                                         int mq_col0, const int32_t* __restrict__ mq_start) {
   static_assert(NT == 1 || (NT == 2 && SLICED && D <= 128), "two column tiles: one launch of 8 < G ≤ 16, d ≤ 128");
   static_assert(!CAUSAL || SLICED, "multi-query launches are slices of the virtual heads");
   constexpr int CR = D / 8;  // 16-byte chunks per token-head row
@@ -42,6 +42,9 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   if (wi.b < 0) return;  // an unused item
   const int b = wi.b;
   if (wi.k == 0 && hg == 0 && tid == 0 && a.items != a.batch) a.seq_items[b] = make_int2(item, wi.count);  // for the merge
+  if constexpr (CAUSAL) {  // every column of this launch past sequence b's queries (mq_start): nothing to compute
+    if (mq_start && mq_col0 / mq_group >= dev::query_count(mq_start, b, mq_len)) return;
+  }
   const dev::Range rg = wi.r;
   const int kvh = hg * hpc + hl;
   const int r = lane >> 2, p = lane & 3;
@@ -120,7 +123,7 @@ __global__ void __launch_bounds__(256, 1) decode_f16_kernel(DecodeArgs a, const 
   // CAUSAL: positions < cut[t][c] are visible to the lane's column c of tile t (columns 8t + 2p + c)
   [[maybe_unused]] int cut[NT][2] = {};
   if constexpr (CAUSAL) {
-    const int end = a.seq_lens[b] - mq_len + 1;
+    const int end = a.seq_lens[b] - dev::query_count(mq_start, b, mq_len) + 1;
 #pragma unroll
     for (int t = 0; t < NT; ++t)
 #pragma unroll
@@ -311,7 +314,7 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, cons
       TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
       kern<<<grid, plan.threads, plan.smem_bytes, stream>>>(s, static_cast<const __half*>(cache.k),
                                                           static_cast<const __half*>(cache.v), p_in.q_len,
-                                                          p_in.n_q_heads / cache.n_kv_heads, col0);
+                                                          p_in.n_q_heads / cache.n_kv_heads, col0, p_in.q_start);
       TQ_CUDA_CHECK(cudaGetLastError());
     };
     if (multi) {  // launches of f16_mq_columns columns (the last may have fewer), causal per column
@@ -338,7 +341,10 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, cons
       launch(sliced ? decode_f16_kernel<DD, true> : decode_f16_kernel<DD, false>, s);
     });
   });
-  if (plan.parts > 1) launch_decode_merge(a, p.blocks.batch, D, 0, 0, stream);  // (tile 0: stage 1 wrote seq_items)
+  if (plan.parts > 1)  // (tile 0: stage 1 wrote seq_items)
+    launch_decode_merge(a, p.blocks.batch, D, 0, 0,
+                        multi ? MultiQuery{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, 0, p_in.q_start} : MultiQuery{},
+                        stream);
   sq.scatter(stream);
 }
 

@@ -84,6 +84,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const dev::WorkItem wi = t.balance > 0 ? dev::work_item_balanced(a.seq_lens, a.batch, a.items, tile, item, t.balance)
                                          : dev::work_item(a.seq_lens, a.batch, a.items, tile, item);
   if (wi.b < 0) return;  // an unused item (the lengths fit in fewer)
+  if constexpr (K::kCausal) {  // every column of this launch past sequence wi.b's queries (q_start): nothing to compute
+    if (t.mq.q_start && t.mq.col0 / t.mq.group >= dev::query_count(t.mq.q_start, wi.b, t.mq.q_len)) return;
+  }
   const int b = wi.b;
   __shared__ int s_row;  // the parts' item row (wi.row), read back at the write-out
   if (tid == 0) s_row = wi.row;
@@ -96,7 +99,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   [[maybe_unused]] int cut[kNT][2] = {{0, 0}}, cut_lo = 0;
   if constexpr (K::kCausal) {
     const MultiQuery& mq = t.mq;
-    const int end = a.seq_lens[b] - mq.q_len + 1, c0 = mq.col0 + g0;
+    const int end = a.seq_lens[b] - dev::query_count(mq.q_start, b, mq.q_len) + 1, c0 = mq.col0 + g0;
 #pragma unroll
     for (int n = 0; n < kNT; ++n)
 #pragma unroll

@@ -25,10 +25,13 @@ namespace {
 // many resources requested for launch'; bounded to 1024 threads, it was held to 64 and spilled 156
 // bytes.)
 constexpr int kMergeThreads = 512;
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int head_dim, int tile, int balance) {
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int head_dim, int tile, int balance,
+                                                              MultiQuery mq) {
   extern __shared__ float wgt[];  // [a.parts] weights, then P partial sums [P][head_dim + 1] (den last)
   __shared__ float wmax[32];
   const int b = blockIdx.y, h = blockIdx.x, x = threadIdx.x, y = threadIdx.y, P = blockDim.y;
+  // a column past sequence b's queries (mq.q_start): stage 1 skipped it, and its row is never read
+  if (mq.q_start && h % (mq.q_len * mq.group) / mq.group >= dev::query_count(mq.q_start, b, mq.q_len)) return;
   const int tid = y * blockDim.x + x, nthreads = blockDim.x * P, nwarps = (nthreads + 31) >> 5;
   // sequence b's work items, from seq_lens (an input of stage 1, not its output) by the dealing
   // stage 1 used, before the wait: a CTA that starts on an SM stage 1 has left computes them
@@ -114,7 +117,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
 
 }  // namespace
 
-void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, cudaStream_t stream) {
+void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, const MultiQuery& mq,
+                         cudaStream_t stream) {
   // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
   // kernel does not signal, so there the merge launches when stage 1 exits, as before)
   cudaLaunchConfig_t cfg{};
@@ -133,7 +137,7 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile,
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel, a, head_dim, tile, balance));
+  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel, a, head_dim, tile, balance, mq));
 }
 
 }  // namespace tq::cuda

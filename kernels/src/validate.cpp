@@ -74,6 +74,10 @@ std::string check_decode_common(const char* who, int head_dim, int n_kv_heads, c
     if (p.q_stride_token == 0 || p.q_stride_token % 2 || p.o_stride_token == 0 || p.o_stride_token % 2)
       return fmt::format("{}: q_len {} > 1 needs even, non-zero q_stride_token and o_stride_token (got {}, {})", who,
                          p.q_len, p.q_stride_token, p.o_stride_token);
+    if (p.q_start && (p.q_rows < 1 || p.q_rows > int64_t(p.blocks.batch) * p.q_len))
+      return fmt::format("{}: q_rows {} must be 1 … batch {} · q_len {} (the rows q_start counts)", who, p.q_rows,
+                         p.blocks.batch, p.q_len);
+    if (p.q_start && !is_aligned(p.q_start, 4)) return fmt::format("{}: q_start must be 4-byte aligned", who);
     if (int64_t(p.blocks.batch) * p.q_len * p.n_q_heads > (int64_t(1) << 31) - 1)
       return fmt::format("{}: batch {} · q_len {} · n_q_heads {} query rows exceed 2^31", who, p.blocks.batch, p.q_len,
                          p.n_q_heads);

@@ -116,13 +116,28 @@ std::vector<double> reference(const Filled& F, const DecodeCase& c, const float*
 
 int64_t token_stride(const DecodeCase& c) { return int64_t(c.hq) * c.d + (c.q_len > 1 ? 8 : 0); }
 int64_t batch_stride(const DecodeCase& c) { return token_stride(c) * c.q_len; }
+int query_count(const DecodeCase& c, int b) { return c.q_counts.empty() ? c.q_len : c.q_counts[size_t(b)]; }
+int64_t query_start(const DecodeCase& c, int b) {
+  int64_t s = 0;
+  for (int i = 0; i < b; ++i) s += c.q_counts[size_t(i)];
+  return s;
+}
+std::vector<int32_t> query_starts(const DecodeCase& c) {
+  std::vector<int32_t> starts(c.q_counts.size() + 1, 0);
+  for (size_t b = 0; b < c.q_counts.size(); ++b) starts[b + 1] = starts[b] + c.q_counts[b];
+  return starts;
+}
 size_t row_offset(const DecodeCase& c, int b, int j, int h) {
+  if (!c.q_counts.empty()) return size_t((query_start(c, b) + j) * token_stride(c) + int64_t(h) * c.d);
   return size_t(b * batch_stride(c) + j * token_stride(c) + int64_t(h) * c.d);
 }
 
 DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   DecodeRun R;
-  const size_t n = size_t(F.pg.batch * batch_stride(c));
+  const bool varlen = !c.q_counts.empty();
+  // varlen: the rows, and one more that must stay poisoned
+  const int64_t q_rows = varlen ? query_start(c, F.pg.batch) : 0;
+  const size_t n = size_t(varlen ? (q_rows + 1) * token_stride(c) : F.pg.batch * batch_stride(c));
   const auto qh = random_rows(rng, (n + size_t(c.d) - 1) / size_t(c.d), c.d, 0.0, c.q_sigma, c.bf16);  // (padding: random too)
   R.qf = halves_to_floats(qh, c.bf16);
   R.q = std::make_unique<DevMem>(qh.size() * 2);
@@ -136,6 +151,14 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng) {
   R.p.o_stride_head = c.d;
   R.p.q_len = c.q_len;
   R.p.q_stride_token = R.p.o_stride_token = c.q_len > 1 ? token_stride(c) : 0;
+  if (varlen) {
+    const std::vector<int32_t> starts = query_starts(c);
+    R.q_start = std::make_unique<DevMem>(starts.size() * 4);
+    R.q_start->upload(starts);
+    R.p.q_start = R.q_start->as<int32_t>();
+    R.p.q_rows = q_rows;
+    R.p.q_stride_batch = R.p.o_stride_batch = c.q_len > 1 ? 0 : token_stride(c);  // (unused above q_len 1)
+  }
   R.p.n_q_heads = c.hq;
   R.p.dtype = c.dtype();
   R.p.attn_scale = float(1.0 / std::sqrt(double(c.d)));
@@ -170,19 +193,27 @@ void launch(const DecodeCase& c, Filled& F, DecodeRun& R, cudaStream_t stream) {
 double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, const std::vector<int>& lens) {
   const auto out = R.out->download<uint16_t>(R.out->size() / 2);
   const int g = c.hq / c.hkv;
-  auto visible = [&](int b, int qt) { return std::max(0, lens[size_t(b)] - c.q_len + 1 + qt); };
+  auto visible = [&](int b, int qt) { return std::max(0, lens[size_t(b)] - query_count(c, b) + 1 + qt); };
   // The float64 references first, rows over the CPU's threads (each row's arithmetic is the same
   // whichever thread runs it); then the checks, in row order on this thread.
   const int64_t n_rows = int64_t(F.pg.batch) * c.q_len * c.hq;
   std::vector<std::vector<double>> refs(static_cast<size_t>(n_rows));
   tq::parallel_for(tq::resolve_threads(0), n_rows, [&](int64_t i) {
     const int qh = int(i % c.hq), qt = int(i / c.hq % c.q_len), b = int(i / (int64_t(c.hq) * c.q_len));
+    if (qt >= query_count(c, b)) return;
     const int len = visible(b, qt);
     if (len > 0) refs[size_t(i)] = reference(F, c, &R.qf[row_offset(c, b, qt, qh)], b, qh / g, len, double(R.p.attn_scale));
   });
   double worst = 0;
+  if (!c.q_counts.empty()) {  // the row past the last: no write reached it
+    const size_t past = size_t(query_start(c, F.pg.batch) * token_stride(c));
+    for (int64_t j = 0; j < token_stride(c); ++j) {
+      INFO(c.fmt << " the row past the last query, element " << j);
+      REQUIRE(out[past + size_t(j)] == 0xffff);
+    }
+  }
   for (int b = 0; b < F.pg.batch; ++b)
-    for (int qt = 0; qt < c.q_len; ++qt)
+    for (int qt = 0; qt < query_count(c, b); ++qt)
     for (int qh = 0; qh < c.hq; ++qh) {
       const size_t row = row_offset(c, b, qt, qh);
       const int len = visible(b, qt);
@@ -213,7 +244,7 @@ double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, co
       INFO(c.fmt << (c.bf16 ? " bf16" : "") << " d=" << c.d << " hq=" << c.hq << " hkv=" << c.hkv << " bs=" << c.bs << " q_len=" << c.q_len
                  << " splits=" << R.plan.num_splits << " parts=" << R.plan.parts << " passes=" << R.plan.query_passes
                  << " slices=" << R.plan.query_slices << " sequence " << b << " (len " << lens[size_t(b)]
-                 << ") query " << qt << " q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "
+                 << ", " << query_count(c, b) << " queries) query " << qt << " q head " << qh << ": |ref| " << std::sqrt(n) << ", |out - ref| "
                  << std::sqrt(e));
       REQUIRE(finite);
       const double rel = std::sqrt(e / n);

@@ -46,6 +46,10 @@ struct DecodeCase {
   // query tokens per sequence: query j attends to positions [0, len − q_len + j]; the queries and
   // outputs are [batch, q_len, hq, d] with a padded token stride (q_len > 1: strided rows)
   int q_len = 1;
+  // non-empty: variable query counts (DecodeParams::q_start; q_len must be their largest): sequence b has
+  // q_counts[b] queries, query j at row Σ_{b' < b} q_counts[b'] + j of the flattened [rows, hq, d] queries
+  // and outputs (vLLM's query_start_loc layout), one poisoned row past the last that must stay so
+  std::vector<int> q_counts;
   // bf16 keys and values (stored through the store kernel), queries and outputs; the output check allows
   // each element its bf16 rounding (≤ 2^-8 of it) on top of kTol
   bool bf16 = false;
@@ -73,7 +77,7 @@ std::vector<double> reference(const Filled& F, const DecodeCase& c, const float*
 struct DecodeRun {
   tq::cuda::DecodeParams p;
   tq::cuda::DecodePlan plan;
-  std::unique_ptr<DevMem> q, out, ws;
+  std::unique_ptr<DevMem> q, out, ws, q_start;
   std::vector<float> qf;
 };
 
@@ -81,6 +85,10 @@ struct DecodeRun {
 // kernel that assumed dense rows would read the wrong ones), and between sequences.
 int64_t token_stride(const DecodeCase& c);
 int64_t batch_stride(const DecodeCase& c);
+// Query tokens of sequence b (c.q_len, or c.q_counts[b]) and the flattened row of its first (c.q_counts)
+int query_count(const DecodeCase& c, int b);
+int64_t query_start(const DecodeCase& c, int b);
+std::vector<int32_t> query_starts(const DecodeCase& c);  // DecodeParams::q_start of c.q_counts (batch + 1 entries)
 // Offset of query / output row (b, j, h).
 size_t row_offset(const DecodeCase& c, int b, int j, int h);
 
@@ -89,8 +97,8 @@ DecodeRun prepare(const DecodeCase& c, Filled& F, tq::Rng& rng);
 void launch(const DecodeCase& c, Filled& F, DecodeRun& R, cudaStream_t stream = nullptr);
 
 // Compares every output row with the float64 reference for the given lengths; returns the largest
-// relative error. (q_len > 1: query token qt of sequence b sees its first len − q_len + qt + 1
-// positions; the padding between token rows must stay poisoned.)
+// relative error. (q_len > 1: query token qt of sequence b sees its first len − n + qt + 1
+// positions, n its query count; the padding between token rows must stay poisoned.)
 double check_output(const DecodeCase& c, const Filled& F, const DecodeRun& R, const std::vector<int>& lens);
 
 // fill_cache, prepare, launch over poisoned outputs and workspace, check_output; check_plan

@@ -61,9 +61,62 @@ TEST_CASE("decode: multi-query quick subset", "[decode][multi][quick]") {
   for (const auto& fmt : {"turboquant_4bit_nc", "turboquant_k8v4", "turbo3", "turbo4-qjl", "f16"}) run_multi_query(fmt, true);
 }
 
-// Captures one decode of c in a CUDA graph, then replays it once per entry of `lens` (new lengths over
-// the same pages, uploaded before the replay), each output against the float64 reference.
-static void check_graph_replays(const DecodeCase& c, uint64_t seed, const std::vector<std::vector<int>>& lens) {
+// Variable query counts (DecodeParams::q_start, vLLM's query_start_loc): sequences of 1 … 16 queries in
+// one launch, flattened rows, against the float64 causal reference; with q_len 1 (one query each) the
+// plain path.
+static void run_varlen(const std::string& fmt, bool quick) {
+  struct Shape {
+    int hq, hkv, d;
+  };
+  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{32, 8, 128}}
+                                          : std::vector<Shape>{{32, 8, 128}, {8, 2, 128}, {32, 8, 64}, {16, 2, 256}};
+  for (const auto& sh : shapes) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.hq = sh.hq;
+    c.hkv = sh.hkv;
+    c.d = sh.d;
+    // a sequence shorter than its queries (its first sees nothing), one query, the longest chunk on the
+    // longest sequence, one whose causal tail crosses a 32-token sub-tile, two
+    c.q_counts = {4, 1, 16, 7, 2};
+    c.q_len = 16;
+    c.lens = {3, 64, quick ? 700 : 2500, 100, 33};
+    for (const int tiles : {0, 2}) {
+      if (tiles == 2 && fmt == "f16") continue;
+      c.tiles = tiles;
+      for (const int splits : {0, 3}) {
+        c.splits = splits;
+        run_decode(c);
+      }
+    }
+    c.tiles = 0;
+    c.splits = 0;
+    c.q_counts = {3, 1, 2};  // q_len 3 (one launch of 3 · G columns)
+    c.q_len = 3;
+    c.lens = {40, 1, 129};
+    run_decode(c);
+    c.q_counts = {1, 1, 1};  // q_len 1: q_start not read, the rows are the sequences
+    c.q_len = 1;
+    run_decode(c);
+  }
+}
+
+TEST_CASE("decode: variable query counts per sequence (query_start_loc), every format and our FP16 decode",
+          "[decode][multi][varlen]") {
+  for (const auto& fmt : kDecodeFormats) run_varlen(fmt, false);
+}
+
+TEST_CASE("decode: variable query counts quick subset", "[decode][multi][varlen][quick]") {
+  for (const auto& fmt : {"turboquant_4bit_nc", "turbo3", "f16"}) run_varlen(fmt, true);
+}
+
+// Captures one decode of c in a CUDA graph, then replays it once per entry of `replays` (new lengths over
+// the same pages and, for variable query counts, new counts of the same rows, uploaded before the replay
+// as an engine's graph reads its metadata buffers), each output against the float64 reference.
+struct Replay {
+  std::vector<int> lens, q_counts;  // q_counts: empty = c's
+};
+static void check_graph_replays(const DecodeCase& c, uint64_t seed, const std::vector<Replay>& replays) {
   tq::Rng rng(seed);
   Filled F = fill_cache(c, rng);
   DecodeRun R = prepare(c, F, rng);
@@ -75,12 +128,15 @@ static void check_graph_replays(const DecodeCase& c, uint64_t seed, const std::v
   TQ_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
   TQ_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (const auto& l : lens) {
-    F.lens->upload(l);
+  for (const Replay& rp : replays) {
+    DecodeCase r = c;
+    if (!rp.q_counts.empty()) r.q_counts = rp.q_counts;
+    if (!r.q_counts.empty()) R.q_start->upload(query_starts(r));
+    F.lens->upload(rp.lens);
     R.out->fill(0xff);
     TQ_CUDA_CHECK(cudaGraphLaunch(exec, s));
     TQ_CUDA_CHECK(cudaStreamSynchronize(s));
-    check_output(c, F, R, l);
+    check_output(r, F, R, rp.lens);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -92,7 +148,7 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
   c.fmt = "turboquant_4bit_nc";
   c.lens = {700, 3000, 64};
   c.splits = 4;
-  check_graph_replays(c, 31, {c.lens, {1, 2999, 17}});  // the captured lengths, then new ones on the same pages
+  check_graph_replays(c, 31, {{c.lens}, {{1, 2999, 17}}});  // the captured lengths, then new ones on the same pages
 }
 
 TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "[decode][graph][multi][quick]") {
@@ -102,7 +158,20 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
     c.q_len = 4;
     c.lens = {700, 3000, 64};
     c.splits = 4;
-    check_graph_replays(c, 37, {c.lens, {2, 2999, 17}});
+    check_graph_replays(c, 37, {{c.lens}, {{2, 2999, 17}}});
+  }
+}
+
+// A captured decode with variable query counts replayed with other counts of the same rows and new lengths.
+TEST_CASE("decode: variable query counts from a CUDA graph, replayed with new counts", "[decode][graph][multi][varlen][quick]") {
+  for (const char* fmt : {"turboquant_4bit_nc", "f16"}) {
+    DecodeCase c;
+    c.fmt = fmt;
+    c.q_counts = {4, 2, 3};
+    c.q_len = 4;
+    c.lens = {700, 3000, 64};
+    c.splits = 4;
+    check_graph_replays(c, 41, {{c.lens}, {{2, 2999, 17}, {1, 4, 4}}, {{3, 5, 64}, {3, 3, 3}}});
   }
 }
 

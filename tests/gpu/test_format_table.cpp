@@ -155,3 +155,38 @@ TEST_CASE("launchers: activation types (fp16, bf16) are checked by name", "[host
   p.dtype = Dtype16::f16;
   REQUIRE(tq::cuda::decode_f16_can_implement(f16, p).empty());
 }
+
+TEST_CASE("launchers: variable query counts (q_start, q_rows) are checked by name", "[host][api][multi]") {
+  alignas(16) static uint8_t mem[1 << 16];  // validated only, never launched
+  const auto kf = tq::cuda::kernel_format(tq::make_format("turboquant_4bit_nc", 128));
+  const tq::cuda::PagedCache pc{mem, 4, 16, 2, kf.slot_bytes};
+  const tq::cuda::PagedCacheF16 f16{mem, mem, 4, 16, 2, 128};
+  static const int32_t table[8] = {0, 1, 2, 3, 0, 1, 2, 3}, lens[2] = {64, 9}, starts[4] = {0, 4, 6, 0};
+  tq::cuda::DecodeParams p;
+  p.query = p.out = mem;
+  p.q_stride_head = p.o_stride_head = 128;
+  p.q_stride_token = p.o_stride_token = 8 * 128;
+  p.n_q_heads = 8;
+  p.attn_scale = 0.1f;
+  p.blocks = {table, 4, lens, 2};
+  p.max_seq_len = 64;
+  p.q_len = 4;
+  p.q_start = starts;  // 4 and 2 queries
+  p.q_rows = 6;
+  REQUIRE(tq::cuda::decode_can_implement(kf, pc, p).empty());
+  REQUIRE(tq::cuda::decode_f16_can_implement(f16, p).empty());
+  for (const int64_t rows : {int64_t(0), int64_t(9)}) {  // none; more than 2 sequences of ≤ 4 queries hold
+    p.q_rows = rows;
+    const std::string want = "q_rows " + std::to_string(rows) + " must be 1 … batch 2 · q_len 4";
+    REQUIRE_THAT(tq::cuda::decode_can_implement(kf, pc, p), Contains(want));
+    REQUIRE_THAT(tq::cuda::decode_f16_can_implement(f16, p), Contains(want));
+  }
+  p.q_rows = 6;
+  p.q_start = reinterpret_cast<const int32_t*>(mem + 2);
+  REQUIRE_THAT(tq::cuda::decode_can_implement(kf, pc, p), Contains("q_start must be 4-byte aligned"));
+  p.q_start = starts;
+  p.q_len = 1;  // one query per sequence: q_start is not read, nor q_rows checked
+  p.q_rows = 0;
+  p.q_stride_batch = p.o_stride_batch = 8 * 128;
+  REQUIRE(tq::cuda::decode_can_implement(kf, pc, p).empty());
+}

@@ -24,6 +24,10 @@
 // and attends to positions
 // [0, seq_lens[i] − q_len + j] (seq_lens count the chunk's tokens, already stored: causal within the
 // chunk; a sequence shorter than q_len gives zero rows for the queries that see no position).
+// Variable query counts (DecodeParams::q_start, vLLM's query_start_loc; q_len is then the longest):
+// sequence i has n_i = q_start[i+1] − q_start[i] queries, query j < n_i at row q_start[i] + j
+// ((q_start[i] + j)·q_stride_token + h·q_stride_head; q_stride_batch unused), attending to
+// positions [0, seq_lens[i] − n_i + j].
 // The q_len · G query rows of a kv head are the columns of one kernel, so each cache page is
 // read once per 16 columns (8 for the formats whose kernels have 8 warps; the FP16 decode: 16 at
 // head_dim ≤ 128, else 8), not once per query.
@@ -59,8 +63,15 @@ struct DecodeParams {
   // max_seq_len, batch and SM count.
   int num_splits = 0;
   int max_seq_len = 0;  // ≥ every seq_lens[i]; sizes the auto split count and the merge
-  int q_len = 1;        // query tokens per sequence (1 … kMaxQueryLen)
+  int q_len = 1;        // query tokens per sequence (1 … kMaxQueryLen); with q_start the most of any sequence
   int64_t q_stride_token = 0, o_stride_token = 0;  // q_len > 1: query j's offset from query 0 (elements)
+  // Variable query counts (q_len > 1; with q_len 1 every sequence has its one query at row i and q_start
+  // is not read): device int32 [batch + 1], non-decreasing from 0, each difference 1 … q_len, and q_rows
+  // (the query and output rows, q_start[batch] of them). Rows are read and written only inside
+  // [0, q_rows), and a count outside 1 … q_len is taken as the nearest of those (wrong results, never an
+  // access out of bounds); tqkit_torch.validate_query_start checks the values.
+  const int32_t* q_start = nullptr;
+  int64_t q_rows = 0;
   // 8-column N-tiles per warp where the format has the two-tile kernels (DecodePlan::column_tiles):
   // 0 = the planner's choice, 1 = one tile per warp, 2 = two wherever they apply (A/B timing, tests)
   int column_tiles = 0;
