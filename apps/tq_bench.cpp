@@ -54,6 +54,8 @@ struct Args {
   bool list_models = false;
   bool simulate_lut = false;  // --check-dump: simulate the decode's key LUT instead of running the kernels
   std::vector<int> q_lens;    // --q-len: multi-query decodes (q_len > 1) instead of the per-format table
+  std::string q_counts_spec;  // --q-counts as given
+  std::vector<int> q_counts;  // parsed: batch entries (q_lens: their maximum)
 };
 
 int64_t total_tokens(const Args& a) {
@@ -113,7 +115,8 @@ std::string shape_text(const Args& a) {
                      tokens, a.block_size, a.pages);
 }
 
-int parse_len(const std::string& text, const std::string& spec) {
+// One entry of a per-sequence list (--seq-lens, --q-counts): an integer in 1 … top (noun: what it is).
+int parse_len(const std::string& text, const std::string& spec, const char* opt, const char* noun, int top) {
   size_t used = 0;
   long v = -1;
   try {
@@ -121,20 +124,22 @@ int parse_len(const std::string& text, const std::string& spec) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || v < 1 || v > (1 << 30))
-    throw tq::Error(fmt::format("--seq-lens '{}': '{}' is not a length in 1 … {}", spec, text, 1 << 30));
+  if (used != text.size() || v < 1 || v > top)
+    throw tq::Error(fmt::format("{} '{}': '{}' is not a {} in 1 … {}", opt, spec, text, noun, top));
   return int(v);
 }
 
-// --seq-lens: "L1,L2,…" with "LxN" for N sequences of L tokens (the batch is the count), or
-// "uniform:MIN:MAX" (batch lengths drawn uniformly from [MIN, MAX], fixed seed).
-std::vector<int> parse_seq_lens(const std::string& spec, int batch, bool batch_given) {
+// --seq-lens (and --q-counts: opt, noun, top): "L1,L2,…" with "LxN" for N sequences of L tokens (the batch is
+// the count), or "uniform:MIN:MAX" (batch lengths drawn uniformly from [MIN, MAX], fixed seed).
+std::vector<int> parse_seq_lens(const std::string& spec, int batch, bool batch_given, const char* opt = "--seq-lens",
+                                const char* noun = "length", int top = 1 << 30) {
+  auto value = [&](const std::string& text) { return parse_len(text, spec, opt, noun, top); };
   std::vector<int> lens;
   if (spec.rfind("uniform:", 0) == 0) {
     const size_t c = spec.find(':', 8);
-    if (c == std::string::npos) throw tq::Error(fmt::format("--seq-lens '{}': expected uniform:MIN:MAX", spec));
-    const int lo = parse_len(spec.substr(8, c - 8), spec), hi = parse_len(spec.substr(c + 1), spec);
-    if (lo > hi) throw tq::Error(fmt::format("--seq-lens '{}': MIN {} > MAX {}", spec, lo, hi));
+    if (c == std::string::npos) throw tq::Error(fmt::format("{} '{}': expected uniform:MIN:MAX", opt, spec));
+    const int lo = value(spec.substr(8, c - 8)), hi = value(spec.substr(c + 1));
+    if (lo > hi) throw tq::Error(fmt::format("{} '{}': MIN {} > MAX {}", opt, spec, lo, hi));
     tq::Rng rng(17);
     for (int b = 0; b < batch; ++b) lens.push_back(lo + int(rng.below(uint64_t(hi - lo + 1))));
     return lens;
@@ -144,14 +149,14 @@ std::vector<int> parse_seq_lens(const std::string& spec, int batch, bool batch_g
     const size_t end = std::min(spec.find(',', pos), spec.size());
     const std::string item = spec.substr(pos, end - pos);
     const size_t x = item.find('x');
-    const int len = parse_len(item.substr(0, x), spec);
-    const int n = x == std::string::npos ? 1 : parse_len(item.substr(x + 1), spec);
-    if (lens.size() + size_t(n) > 65535) throw tq::Error(fmt::format("--seq-lens '{}': more than 65535 sequences", spec));
+    const int len = value(item.substr(0, x));
+    const int n = x == std::string::npos ? 1 : parse_len(item.substr(x + 1), spec, opt, "count", 65535);
+    if (lens.size() + size_t(n) > 65535) throw tq::Error(fmt::format("{} '{}': more than 65535 sequences", opt, spec));
     lens.insert(lens.end(), size_t(n), len);
     pos = end + 1;
   }
   if (batch_given && int(lens.size()) != batch)
-    throw tq::Error(fmt::format("--seq-lens '{}' lists {} sequences but --batch is {}", spec, lens.size(), batch));
+    throw tq::Error(fmt::format("{} '{}' lists {} sequences but --batch is {}", opt, spec, lens.size(), batch));
   return lens;
 }
 
@@ -253,6 +258,7 @@ int run_gpu(const Args& a) {
   s.even_dealing = a.even_dealing;
   s.dtype = a.dtype == "bf16" ? tq::cuda::Dtype16::bf16 : tq::cuda::Dtype16::f16;
   s.seq_lens = a.seq_lens;
+  s.q_counts = a.q_counts;
   s.pages = a.pages == "shuffled"     ? tq::cuda::BenchShape::Pages::shuffled
             : a.pages == "sequential" ? tq::cuda::BenchShape::Pages::sequential
                                       : tq::cuda::BenchShape::Pages::resident;
@@ -374,8 +380,10 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
   const auto dev = tq::cuda::device_info(0);
   const auto copy = tq::cuda::bench_copy(size_t(a.copy_gb * 1e9), o);
   tq::Json rows = tq::Json::array();
-  tq::Table table({"format", "q_len", "fused_ms", "%copy", "q_len1_ms", "fused/q_len1", "separate_ms", "separate/fused",
-                   "f16_ms", "x_f16", "passes", "tiles"});
+  std::vector<std::string> head = {"format", "q_len",  "fused_ms", "%copy", "q_len1_ms", "fused/q_len1", "separate_ms",
+                                   "separate/fused", "f16_ms", "x_f16", "passes", "tiles"};
+  if (!a.q_counts.empty()) head.insert(head.end(), {"varlen_ms", "varlen/fused"});
+  tq::Table table(head);
   for (const auto& name : tq::expand_format_names(a.formats)) {
     if (name == "f16") continue;
     const tq::KvFormat f = tq::make_format(name, a.head_dim);
@@ -386,11 +394,16 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
                     {"batch", a.batch},       {"q_heads", a.q_heads},      {"kv_heads", a.kv_heads},
                     {"head_dim", a.head_dim}, {"ctx", a.ctx}};
       if (a.dtype != "fp16") j["dtype"] = a.dtype;
+      if (!a.q_counts.empty()) j["q_counts"] = a.q_counts_spec;
       j.update(tq::Json(r));  // q_len … reps after the shape
       rows.push_back(std::move(j));
       tq::bench::Cells cells = {name};
       const auto more = table_cells(r);
       cells.insert(cells.end(), more.begin(), more.end());
+      if (!a.q_counts.empty()) {
+        const auto vl = varlen_cells(r);
+        cells.insert(cells.end(), vl.begin(), vl.end());
+      }
       table.add(cells);
     }
   }
@@ -399,8 +412,12 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
   } else {
     std::printf("tq-bench multi-query on %s (%d SMs): %s; device copy %.0f GB/s; medians of %d launches\n"
                 "fused: one decode of q_len queries per sequence (causal within the chunk); q_len1: one query; "
-                "separate: q_len single-query decodes in a row; f16: our FP16 decode of the same q_len\n%s",
-                dev.name.c_str(), dev.sm_count, shape_text(a).c_str(), copy.gbps, a.reps, table.text().c_str());
+                "separate: q_len single-query decodes in a row; f16: our FP16 decode of the same q_len%s\n%s",
+                dev.name.c_str(), dev.sm_count, shape_text(a).c_str(), copy.gbps, a.reps,
+                a.q_counts.empty() ? ""
+                                   : ("; varlen: one decode with the query counts " + a.q_counts_spec +
+                                      " (q_len: the largest)").c_str(),
+                table.text().c_str());
   }
   return 0;
 }
@@ -489,12 +506,26 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(2, 128))
       ->excludes(check_opt);
+  app.add_option("--q-counts", a.q_counts_spec,
+                 "multi-query with each sequence's own query count (vLLM's query_start_loc), as --seq-lens: "
+                 "'16,1x31' (batch entries, 1 … 128); times that launch too (varlen_ms) against the fused decode of "
+                 "the largest count for every sequence (--q-len: that count)")
+      ->excludes(check_opt)
+      ->excludes("--q-len");
   auto* format_opt = app.get_option("--format");
   return tq::run_tool("tq-bench", app, argc, argv, [&]() -> int {
     if (!a.seq_lens_spec.empty()) {
       a.seq_lens = parse_seq_lens(a.seq_lens_spec, a.batch, batch_opt->count() > 0);
       a.batch = int(a.seq_lens.size());
       a.ctx = *std::max_element(a.seq_lens.begin(), a.seq_lens.end());
+    }
+    if (!a.q_counts_spec.empty()) {
+      a.q_counts = parse_seq_lens(a.q_counts_spec, a.batch, batch_opt->count() > 0 || !a.seq_lens.empty(),
+                                  "--q-counts", "count", 128);  // (kMaxQueryLen)
+      a.batch = int(a.q_counts.size());
+      const int top = *std::max_element(a.q_counts.begin(), a.q_counts.end());
+      if (top < 2) throw tq::Error(fmt::format("--q-counts '{}': the largest count must be ≥ 2", a.q_counts_spec));
+      a.q_lens = {top};
     }
     if (a.list_models) return list_models(a.json);
     if (!a.model.empty()) {

@@ -129,6 +129,10 @@ void to_json(Json& j, const MultiQueryReport& r) {
            {"num_splits", m.plan.num_splits},
            {"copy_gbps", r.copy.gbps},
            {"reps", m.fused.reps}};
+  if (m.varlen.reps > 0) {  // --q-counts
+    j["varlen_ms"] = m.varlen.median_ms;
+    j["varlen_over_fused"] = m.varlen.median_ms / m.fused.median_ms;
+  }
 }
 
 Cells table_cells(const MultiQueryReport& r) {
@@ -144,6 +148,10 @@ Cells table_cells(const MultiQueryReport& r) {
           fmt::format("{:.2f}", m.f16.median_ms / m.fused.median_ms),
           std::to_string(m.plan.query_passes),
           std::to_string(m.plan.column_tiles)};
+}
+
+Cells varlen_cells(const MultiQueryReport& r) {
+  return {fmt::format("{:.4f}", r.m.varlen.median_ms), fmt::format("{:.2f}", r.m.varlen.median_ms / r.m.fused.median_ms)};
 }
 
 bool DumpCheckReport::ok() const {

@@ -313,6 +313,24 @@ MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_
   r.separate = time_launches(o, [&](int i) {
     for (int j = 0; j < q_len; ++j) paged_decode(kf, caches.view(i * q_len + j), one.p, p1, one.ws->p);
   });
+  if (!s.q_counts.empty()) {  // the same launch with each sequence's own count: rows q_start[b] … (vLLM's layout)
+    TQ_CHECK(s.q_counts.size() == size_t(s.batch) &&
+                 *std::max_element(s.q_counts.begin(), s.q_counts.end()) == q_len &&
+                 *std::min_element(s.q_counts.begin(), s.q_counts.end()) >= 1,
+             "tq-bench: {} query counts for a batch of {}: each 1 … q_len {}, the largest q_len", s.q_counts.size(),
+             s.batch, q_len);
+    DecodeSetup vl = decode_setup(s, caches.tables.blocks, q_len);
+    std::vector<int32_t> starts(size_t(s.batch) + 1, 0);
+    for (int b = 0; b < s.batch; ++b) starts[size_t(b) + 1] = starts[size_t(b)] + s.q_counts[size_t(b)];
+    Buf qs(starts.size() * 4);
+    TQ_CUDA_CHECK(cudaMemcpy(qs.p, starts.data(), starts.size() * 4, cudaMemcpyHostToDevice));
+    vl.p.q_stride_batch = vl.p.o_stride_batch = 0;
+    vl.p.q_start = qs.as<int32_t>();
+    vl.p.q_rows = starts.back();
+    const DecodePlan pv = plan_decode(kf, caches.cache, vl.p);
+    vl.ws = std::make_unique<Buf>(pv.workspace_bytes);
+    r.varlen = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), vl.p, pv, vl.ws->p); });
+  }
   r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.fused.median_ms * 1e6);
   const DecodeBench f16 = f16_decode(s, q_len, o);  // our FP16 decode of the same q_len

@@ -62,6 +62,15 @@ expect_rc 2
 expect_err "'' is not a length in 1"
 expect_empty_out
 
+# --q-counts: each sequence's query count (1 … 128, the largest ≥ 2), checked before any GPU is looked for
+for spec in "1x31,200" "1x4" "4,0" "4,2x3 --batch 3" "4,2 --q-len 4"; do
+  run "$BIN" --format turboquant_4bit_nc --q-counts $spec
+  expect_rc 2
+  expect_err "--q-counts"
+  expect_empty_out
+done
+expect_err "--q-len excludes --q-counts"
+
 run "$BIN" --format turboquant_4bit_nc --seq-lens 5x3 --batch 4
 expect_rc 2
 expect_err "lists 3 sequences but --batch is 4"

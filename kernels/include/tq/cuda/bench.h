@@ -40,6 +40,9 @@ struct BenchShape {
   // maximum); empty: every sequence is ctx tokens long.
   std::vector<int> seq_lens;
   int len(int b) const { return seq_lens.empty() ? ctx : seq_lens[size_t(b)]; }
+  // bench_multi_query: each sequence's query count (`batch` entries, 1 … q_len, q_len their maximum) for a
+  // further fused decode with those counts (DecodeParams::q_start); empty: none.
+  std::vector<int> q_counts;
   int64_t total_tokens() const {
     int64_t n = 0;
     for (int b = 0; b < batch; ++b) n += len(b);
@@ -82,6 +85,7 @@ DecodeBench bench_decode_f16(const BenchShape& s, const BenchOptions& o);
 struct MultiQueryBench {
   int q_len = 0;
   Timing fused, single, separate;
+  Timing varlen;     // BenchShape::q_counts: the fused decode with those counts (reps 0: not timed)
   Timing f16;        // our FP16 multi-query decode, same q_len, over an fp16 cache of the shape
   DecodePlan f16_plan;
   size_t kv_bytes = 0;  // as DecodeBench: every slot once
