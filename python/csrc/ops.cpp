@@ -6,10 +6,13 @@
 //   block_table   int32 [num_seqs, max_blocks_per_seq] (last dim contiguous)
 //   seq_lens      int32 [num_seqs]: tokens of each sequence, the new ones included
 //   key, value    fp16  [num_tokens, num_kv_heads, head_dim] (last dim contiguous)
-//   query, out    fp16  [num_seqs, num_heads, head_dim] or [num_seqs, q_len, num_heads, head_dim]
+//   query, out    fp16  [num_seqs, num_heads, head_dim] or [num_seqs, q_len, num_heads, head_dim], or
+//                 [num_tokens, num_heads, head_dim] with query_start_loc int32 [num_seqs + 1] (sequence i's
+//                 queries: rows query_start_loc[i] … query_start_loc[i+1] − 1, at most max_query_len ≤ 128)
 //
 // Query j of a sequence with q_len queries attends to positions [0, seq_len −
-// q_len + j] (causal within the chunk). 1 < q_len ≤ 128 runs the fused
+// q_len + j] (causal within the chunk; with query_start_loc, q_len is the
+// sequence's own count). 1 < q_len ≤ 128 runs the fused
 // multi-query decode (one launch: every page read once per 16 query columns);
 // longer chunks run one single-query decode per query position, with each
 // launch's sequence lengths written into the workspace (tqkit_torch.decode
@@ -23,6 +26,7 @@
 // Reference ops on the CPU (the oracle the GPU ops are tested against):
 // encode_cpu (the CPU encoder's slot bytes) and decode_cpu (its decode).
 #include <cmath>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -244,11 +248,32 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
   return workspace_need(plan, num_seqs, q_len);
 }
 
+// The shape of a call with query_start_loc (qsl): query [num_tokens, num_heads, head_dim], num_seqs = qsl's
+// length − 1 sequences of at most max_query_len queries (1 … kMaxQueryLen) that fill num_tokens rows.
+DecodeShape varlen_shape(const Tensor& query, const Tensor& qsl, const Tensor& kv_cache, int64_t max_query_len,
+                         const char* op) {
+  TORCH_CHECK(query.dim() == 3, "tqkit.", op, ": with query_start_loc, query must be [num_tokens, num_heads, ",
+              "head_dim] (got ", query.sizes(), ")");
+  check_cuda(qsl, op, "query_start_loc", at::kInt, kv_cache);
+  TORCH_CHECK(qsl.dim() == 1 && qsl.is_contiguous() && qsl.size(0) >= 2, "tqkit.", op,
+              ": query_start_loc must be a contiguous int32 [num_seqs + 1] (got ", qsl.sizes(), ")");
+  TORCH_CHECK(max_query_len >= 1 && max_query_len <= tq::cuda::kMaxQueryLen, "tqkit.", op, ": max_query_len ",
+              max_query_len, " must be 1 … ", tq::cuda::kMaxQueryLen, " with query_start_loc (longer chunks: ",
+              "tqkit_torch.decode, which takes them to decode_dense)");
+  const int64_t num_seqs = qsl.size(0) - 1, rows = query.size(0);
+  TORCH_CHECK(rows >= num_seqs && rows <= num_seqs * max_query_len, "tqkit.", op, ": query has ", rows, " rows, but ",
+              num_seqs, " sequences of 1 … max_query_len ", max_query_len, " queries hold ", num_seqs, " … ",
+              num_seqs * max_query_len);
+  return {num_seqs, max_query_len, query.size(1), query.size(2)};
+}
+
 void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tensor& block_table,
             const Tensor& seq_lens, Tensor& workspace, const std::string& format, double scale, int64_t max_seq_len,
-            int64_t num_splits) {
+            int64_t num_splits, const std::optional<Tensor>& query_start_loc, int64_t max_query_len) {
   const char* op = "decode";
-  const DecodeShape s = decode_shape(query, op);
+  const bool varlen = query_start_loc.has_value();
+  const DecodeShape s =
+      varlen ? varlen_shape(query, *query_start_loc, kv_cache, max_query_len, op) : decode_shape(query, op);
   const Formats& f = formats_for(format, s.head_dim, op);
   const tq::cuda::PagedCache c = cache_view(kv_cache, f, op);
   const tq::cuda::Dtype16 dtype = act_dtype(query, op, "query");
@@ -278,9 +303,18 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   p.query = query.data_ptr();  // (the long-chunk loop below moves both to query position j)
   p.out = out.data_ptr();
   const bool fused = fused_multi_query(s.q_len);
-  if (fused) {  // one launch for the chunk
+  if (fused && varlen) {  // one launch; query j of sequence i at row query_start_loc[i] + j
+    p.q_stride_token = query.stride(0);
+    p.o_stride_token = out.stride(0);
+    p.q_stride_batch = p.o_stride_batch = 0;
+    p.q_start = query_start_loc->data_ptr<int32_t>();
+    p.q_rows = query.size(0);
+  } else if (fused) {  // one launch for the chunk
     p.q_stride_token = query.stride(1);
     p.o_stride_token = out.stride(1);
+  } else if (varlen) {  // max_query_len 1: one query per sequence, row i
+    TORCH_CHECK(query.size(0) == s.batch, "tqkit.decode: with max_query_len 1 each of the ", s.batch,
+                " sequences has one query, but query has ", query.size(0), " rows");
   }
   // One plan per call, for the workspace check and every launch: the plan depends on the shapes
   // alone (not on the strides or pointers), so it is the plan decode_workspace_bytes sizes. (plan_decode
@@ -390,7 +424,8 @@ TORCH_LIBRARY(tqkit, m) {
   m.def("store(Tensor key, Tensor value, Tensor(a!) kv_cache, Tensor slot_mapping, str format) -> ()");
   m.def(
       "decode(Tensor(a!) out, Tensor query, Tensor kv_cache, Tensor block_table, Tensor seq_lens, "
-      "Tensor(b!) workspace, str format, float scale, int max_seq_len, int num_splits) -> ()");
+      "Tensor(b!) workspace, str format, float scale, int max_seq_len, int num_splits, "
+      "Tensor? query_start_loc=None, int max_query_len=0) -> ()");
   m.def(
       "dequant(Tensor(a!) k_out, Tensor(b!) v_out, Tensor kv_cache, Tensor block_table, Tensor seq_lens, "
       "Tensor out_offsets, str format, int max_seq_len) -> ()");

@@ -46,6 +46,11 @@ def test_the_ops_run_on_fake_cuda_tensors_and_return_nothing():
         key, value, cache, slots, table, lens, q, out, ws, k_out, v_out, offsets = args
         assert torch.ops.tqkit.store(key, value, cache, slots, FMT) is None
         assert torch.ops.tqkit.decode(out, q, cache, table, lens, ws, FMT, D ** -0.5, 64, 2) is None
+        # vLLM's varlen layout: [num_tokens, heads, d] rows with query_start_loc and max_query_len
+        qsl = torch.tensor([0, 2, 6, 9], dtype=torch.int32, device="cuda")
+        rows = q.reshape(-1, HQ, D)
+        assert torch.ops.tqkit.decode(torch.empty_like(rows), rows, cache, table, lens, ws, FMT, D ** -0.5, 64, 2,
+                                      qsl, 4) is None
         assert torch.ops.tqkit.dequant(k_out, v_out, cache, table, lens, offsets, FMT, 64) is None
         assert [(a.shape, a.dtype, a.device) for a in args] == before
         assert all(isinstance(a, fake_tensor.FakeTensor) for a in args)

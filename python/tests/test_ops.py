@@ -211,6 +211,118 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
     assert worst <= 1e-3, worst
 
 
+@pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_3bit_nc", "turbo3"])
+@pytest.mark.parametrize("counts, seq_lens", [([4, 1, 16, 2], [301, 17, 12, 129]), ([1, 1, 1, 1], [301, 17, 64, 129]),
+                                              ([60, 3, 50, 1], [301, 17, 64, 129])])
+def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_lens):
+    # vLLM's varlen layout: query [num_tokens, heads, d], sequence i's queries in rows query_start_loc[i] ...;
+    # query j of a sequence with n queries sees positions [0, seq_len - n + j]. [4, 1, 16, 2]: the fused
+    # kernel (max 16), sequence 2's 16 queries on 12 tokens (its first 4 see nothing: zero rows);
+    # [1, 1, 1, 1]: max_query_len 1, the single-query path; [60, 3, 50, 1]: max 60 at G 4, decode_dense
+    # (every sequence holds its queries).
+    d, kvh, hq = 128, 2, 8
+    cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=13)
+    starts = [0]
+    for n in counts:
+        starts.append(starts[-1] + n)
+    q = torch.randn(starts[-1], hq, d, generator=gen(14)).half()
+    qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
+    scale = d ** -0.5
+    out = tq.decode(q.to(DEV), cache, table, lens, fmt, scale, validate=True, query_start_loc=qsl).float().cpu()
+    dense = tq.takes_dense(max(counts), hq, kvh)
+    worst = 0.0
+    for i, n in enumerate(seq_lens):
+        k, v = cpu_kv(cache, table, i, n, fmt, d)
+        if dense:  # decode_dense attends over the fp16-rounded dequant (as above)
+            k, v = k.half().float(), v.half().float()
+        for j in range(counts[i]):
+            visible = n - counts[i] + 1 + j
+            if visible <= 0:  # no position yet: the fused kernel writes zeros
+                assert not dense and torch.equal(out[starts[i] + j], torch.zeros_like(out[starts[i] + j]))
+                continue
+            ref = reference_attention(q[starts[i] + j].float(), k[:visible], v[:visible], scale)
+            worst = max(worst, row_error(out[starts[i] + j], ref, torch.float16))
+    assert worst <= 1e-3, worst
+
+
+def test_decode_with_query_start_loc_equals_the_padded_calls():
+    # the varlen call against one uniform call per sequence (each sequence alone with its own q_len: other
+    # launches, some with other kernels, so within the fp16 outputs' error rather than equal)
+    fmt, d, kvh, hq = "turboquant_k3v4_nc", 128, 8, 32
+    seq_lens, counts = [500, 77, 1000], [4, 2, 3]
+    cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=15)
+    starts = [0, 4, 6, 9]
+    q = torch.randn(9, hq, d, generator=gen(16)).half().to(DEV)
+    qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
+    out = tq.decode(q, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, max_query_len=4, num_splits=2)
+    for i in range(3):
+        one = tq.decode(q[starts[i]:starts[i + 1]][None], cache, table[i:i + 1], lens[i:i + 1], fmt, d ** -0.5,
+                        num_splits=2)
+        assert (out[starts[i]:starts[i + 1]].float() - one[0].float()).abs().max().item() < 2e-3
+
+
+def test_decode_with_query_start_loc_under_cuda_graph_replay():
+    # a captured varlen decode replayed with new counts of the same rows and new lengths (an engine's graph
+    # reads its metadata buffers), each replay equal to an eager call
+    fmt, d, kvh, hq = "turboquant_4bit_nc", 128, 2, 8
+    cache, table, _, _ = paged_setup(fmt, d, [600, 600, 600], kvh, seed=17)
+    max_len, splits, max_q = 600, 4, 5
+    ws = torch.empty(tq.decode_workspace_bytes(fmt, 3, max_q, hq, kvh, d, 16, max_len, splits),
+                     dtype=torch.uint8, device=DEV)
+    q = torch.zeros(9, hq, d, dtype=torch.half, device=DEV)
+    qsl = torch.tensor([0, 3, 6, 9], dtype=torch.int32, device=DEV)
+    lens = torch.full((3,), 600, dtype=torch.int32, device=DEV)
+    out = torch.empty_like(q)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        tq.decode_out(out, q, cache, table, lens, ws, fmt, d ** -0.5, max_len, splits, qsl, max_q)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tq.decode_out(out, q, cache, table, lens, ws, fmt, d ** -0.5, max_len, splits, qsl, max_q)
+    for seed, starts, new_lens in [(18, [0, 5, 6, 9], [600, 333, 2]), (19, [0, 1, 4, 9], [17, 600, 450])]:
+        q.copy_(torch.randn(9, hq, d, generator=gen(seed)).half())
+        qsl.copy_(torch.tensor(starts, dtype=torch.int32))
+        lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = tq.decode(q, cache, table, lens, fmt, d ** -0.5, max_seq_len=max_len, num_splits=splits,
+                          query_start_loc=qsl, max_query_len=max_q)
+        assert torch.equal(out, eager)
+
+
+def test_decode_with_query_start_loc_refuses_bad_arguments_by_name():
+    fmt, d = "turboquant_4bit_nc", 128
+    cache, table, lens, _ = paged_setup(fmt, d, [900, 40], 2, seed=11)
+    q = torch.zeros(5, 8, d, dtype=torch.half, device=DEV)
+    qsl = torch.tensor([0, 3, 5], dtype=torch.int32, device=DEV)
+    ws = torch.empty(1 << 22, dtype=torch.uint8, device=DEV)
+    with pytest.raises(RuntimeError, match="query_start_loc must be Int"):
+        tq.decode_out(torch.empty_like(q), q, cache, table, lens, ws, fmt, 0.1, 900, 0, qsl.long(), 3)
+    with pytest.raises(RuntimeError, match=r"query_start_loc must be a contiguous int32 \[num_seqs \+ 1\]"):
+        tq.decode_out(torch.empty_like(q), q, cache, table, lens, ws, fmt, 0.1, 900, 0, qsl[:1], 3)
+    with pytest.raises(RuntimeError, match="block_table 2"):  # 3 sequences in query_start_loc, 2 in the table
+        tq.decode_out(torch.empty_like(q), q, cache, table, lens, ws, fmt, 0.1, 900, 0,
+                      torch.tensor([0, 1, 3, 5], dtype=torch.int32, device=DEV), 3)
+    with pytest.raises(RuntimeError, match="max_query_len 0 must be 1"):
+        tq.decode_out(torch.empty_like(q), q, cache, table, lens, ws, fmt, 0.1, 900, 0, qsl, 0)
+    with pytest.raises(RuntimeError, match="query has 5 rows"):  # 2 sequences of at most 2 queries hold <= 4
+        tq.decode_out(torch.empty_like(q), q, cache, table, lens, ws, fmt, 0.1, 900, 0, qsl, 2)
+    with pytest.raises(RuntimeError, match=r"with query_start_loc, query must be \[num_tokens"):
+        tq.decode_out(torch.empty_like(q)[None], q[None], cache, table, lens, ws, fmt, 0.1, 900, 0, qsl, 3)
+    with pytest.raises(ValueError, match=r"query: with query_start_loc it must be \[num_tokens"):
+        tq.decode(q[None], cache, table, lens, fmt, 0.1, validate=True, query_start_loc=qsl)
+    with pytest.raises(ValueError, match="sequence 1 has 0 queries"):
+        tq.decode(q[:3], cache, table, lens, fmt, 0.1, validate=True,
+                  query_start_loc=torch.tensor([0, 3, 3], dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="query_start_loc: must run from 0 to the query's 5 rows"):
+        tq.decode(q, cache, table, lens, fmt, 0.1, validate=True,
+                  query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="sequence 0 has 3 queries, not 1 ... max_query_len 2"):
+        tq.decode(q, cache, table, lens, fmt, 0.1, validate=True, query_start_loc=qsl, max_query_len=2)
+
+
 @pytest.mark.parametrize("seq_lens", [[301, 60, 64, 48], [301, 17, 64, 48]])
 def test_decode_at_g8_takes_the_dense_path_only_where_every_sequence_holds_its_chunk(seq_lens):
     # G 8, q_len 48: the dense path's side of takes_dense; a sequence of 17 tokens

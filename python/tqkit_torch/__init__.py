@@ -13,8 +13,11 @@ Layouts (as vLLM's TurboQuant backend):
   key, value    fp16 or bf16 [num_tokens, num_kv_heads, head_dim]; slot_mapping int64 [num_tokens]
   query, out    fp16 or bf16 (out: the query's type) [num_seqs, num_heads, head_dim] or
                 [num_seqs, q_len, num_heads, head_dim]
+                or, with query_start_loc int32 [num_seqs + 1] (vLLM's: sequence i's queries are rows
+                query_start_loc[i] ... query_start_loc[i + 1] - 1), [num_tokens, num_heads, head_dim]
   block_table   int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs], the new tokens included
-Query j of q_len attends to positions [0, seq_len - q_len + j]. bf16 queries are converted to fp16
+Query j of q_len attends to positions [0, seq_len - q_len + j] (query_start_loc: q_len is the
+sequence's own count, 1 ... max_query_len). bf16 queries are converted to fp16
 for the kernels (exact for every magnitude 2^-17 ... 65280; validate=True refuses larger ones), and
 the output is rounded to bf16 once.
 
@@ -60,8 +63,8 @@ def _register_fake_kernels():
 _register_fake_kernels()
 
 __all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
-           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "takes_dense", "DENSE_MIN_Q_LEN",
-           "DENSE_MIN_Q_LEN_G1"]
+           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "validate_query_start", "takes_dense",
+           "DENSE_MIN_Q_LEN", "DENSE_MIN_Q_LEN_G1"]
 
 # decode() runs a chunk of q_len queries as dequant + SDPA (decode_dense) from DENSE_MIN_Q_LEN queries
 # (DENSE_MIN_Q_LEN_G1 where a kv head has fewer than 4 query heads), else in the fused kernel (at most
@@ -111,6 +114,21 @@ def validate_indices(kv_cache, slot_mapping=None, block_table=None, seq_lens=Non
                                  f"(num_blocks {nb})")
 
 
+def validate_query_start(query_start_loc, num_tokens: int, max_query_len: int):
+    """Checks query_start_loc's contents (one device synchronisation): 0 first, num_tokens last, and every
+    sequence's count (the differences) in 1 ... max_query_len. Raises ValueError naming the argument."""
+    q = query_start_loc.to(torch.int64)
+    if int(q[0]) != 0 or int(q[-1]) != num_tokens:
+        raise ValueError(f"query_start_loc: must run from 0 to the query's {num_tokens} rows "
+                         f"(got {int(q[0])} ... {int(q[-1])})")
+    counts = q[1:] - q[:-1]
+    bad = (counts < 1) | (counts > max_query_len)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(f"query_start_loc: sequence {i} has {int(counts[i])} queries, not 1 ... max_query_len "
+                         f"{max_query_len}")
+
+
 def store(key, value, kv_cache, slot_mapping, format: str, validate: bool = False):
     """Quantizes key/value (fp16 or bf16 [num_tokens, num_kv_heads, head_dim]) into their slots (in place)."""
     if validate:
@@ -141,21 +159,36 @@ def _qshape(query):
 
 
 def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: str, scale: float, max_seq_len: int,
-               num_splits: int = 0):
-    """Attention of query over the quantized cache into out (query's type and shape). No allocation."""
+               num_splits: int = 0, query_start_loc=None, max_query_len: int = 0):
+    """Attention of query over the quantized cache into out (query's type and shape). No allocation.
+    query_start_loc (int32 [num_seqs + 1] on the device) with max_query_len (1 ... 128; the workspace is
+    decode_workspace_bytes' for q_len = max_query_len): query [num_tokens, num_heads, head_dim] holds
+    sequence i's queries in rows query_start_loc[i] ... query_start_loc[i + 1] - 1."""
     _ops.decode(out, query, kv_cache, block_table, seq_lens, workspace, format, float(scale), int(max_seq_len),
-                int(num_splits))
+                int(num_splits), query_start_loc, int(max_query_len))
 
 
 def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
-           num_splits: int = 0, validate: bool = False):
+           num_splits: int = 0, validate: bool = False, query_start_loc=None, max_query_len: int = None):
     """Allocating form of decode_out (decode_dense where takes_dense(q_len, num_heads, num_kv_heads)).
-    max_seq_len defaults to block_table's capacity."""
+    max_seq_len defaults to block_table's capacity; with query_start_loc, max_query_len to the largest
+    count (read on the host)."""
     if max_seq_len is None:
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
+    if query_start_loc is not None:
+        if query.dim() != 3:
+            raise ValueError(f"query: with query_start_loc it must be [num_tokens, num_heads, head_dim], got "
+                             f"{tuple(query.shape)}")
+        if max_query_len is None:
+            max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     if validate:
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
         _validate_query(query)
+        if query_start_loc is not None:
+            validate_query_start(query_start_loc, query.shape[0], max_query_len)
+    if query_start_loc is not None:
+        return _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
+                              query_start_loc, max_query_len)
     b, q_len, heads, d = _qshape(query)
     # (a sequence shorter than its chunk stays on the fused kernel, which masks its first queries; the
     # dense path reads seq_lens on the host anyway)
@@ -167,6 +200,25 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
                      device=query.device)
     out = torch.empty_like(query)
     decode_out(out, query, kv_cache, block_table, seq_lens, ws, format, scale, max_seq_len, num_splits)
+    return out
+
+
+def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
+                   max_query_len):
+    """decode() with query_start_loc: the fused kernel, or decode_dense where takes_dense(max_query_len, ...)
+    and every sequence holds its queries."""
+    b, heads, d = query_start_loc.shape[0] - 1, query.shape[1], query.shape[2]
+    if takes_dense(max_query_len, heads, kv_cache.shape[2]):
+        counts = query_start_loc[1:] - query_start_loc[:-1]
+        if max_query_len > 128 or bool((seq_lens >= counts).all()):
+            return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
+                                query_start_loc=query_start_loc)
+    ws = torch.empty(decode_workspace_bytes(format, b, max_query_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
+                                            max_seq_len, num_splits, query.dtype), dtype=torch.uint8,
+                     device=query.device)
+    out = torch.empty_like(query)
+    decode_out(out, query, kv_cache, block_table, seq_lens, ws, format, scale, max_seq_len, num_splits,
+               query_start_loc, max_query_len)
     return out
 
 
@@ -211,11 +263,34 @@ def _causal_sdpa(q, k, v, scale):
         return sdpa(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=mask, scale=scale)
 
 
-def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None):
+def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
+                 query_start_loc=None):
     """The large-chunk path: every sequence's cache dequantized to fp16 (dequant), then torch SDPA with the
     causal mask aligned to the end (query j sees positions [0, seq_len - q_len + j]). query [num_seqs, q_len,
     num_heads, head_dim] fp16 or bf16 (bf16: converted to fp16 as the fused kernels do, the output rounded
-    back); needs seq_len >= q_len. Reads seq_lens on the host (not for CUDA graphs)."""
+    back), or [num_tokens, num_heads, head_dim] with query_start_loc; needs seq_len >= q_len. Reads seq_lens
+    (and query_start_loc) on the host (not for CUDA graphs)."""
+    if query_start_loc is not None:
+        if query.dim() != 3:
+            raise ValueError(f"query: with query_start_loc decode_dense needs [num_tokens, num_heads, head_dim], "
+                             f"got {tuple(query.shape)}")
+        lens, starts = seq_lens.tolist(), query_start_loc.tolist()
+        short = [i for i, n in enumerate(lens) if n < starts[i + 1] - starts[i]]
+        if short:
+            i = short[0]
+            raise ValueError(f"seq_lens: decode_dense needs every sequence to hold its queries (sequence {i}: "
+                             f"{lens[i]} tokens, {starts[i + 1] - starts[i]} queries)")
+        d = query.shape[2]
+        k, v = dequant(kv_cache, block_table, seq_lens, format, d, max_seq_len=max_seq_len)
+        out = torch.empty_like(query)
+        q16 = query.to(torch.float16)
+        row = 0
+        for i, n in enumerate(lens):
+            kk, vv = k[row:row + n].transpose(0, 1)[None], v[row:row + n].transpose(0, 1)[None]
+            qi = q16[starts[i]:starts[i + 1]].transpose(0, 1)[None]
+            out[starts[i]:starts[i + 1]] = _causal_sdpa(qi, kk, vv, scale)[0].transpose(0, 1)
+            row += n
+        return out
     if query.dim() != 4:
         raise ValueError(f"query: decode_dense needs [num_seqs, q_len, num_heads, head_dim], got {tuple(query.shape)}")
     b, q_len, heads, d = query.shape
