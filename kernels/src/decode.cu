@@ -553,7 +553,8 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};
-        const MultiQuery m{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, c0, p_in.q_start};
+        MultiQuery m = multi_query(p_in, cache.n_kv_heads);
+        m.col0 = c0;
         decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
                                 plan.smem_bytes, stream);
       });
@@ -580,8 +581,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
   });
   if (plan.parts > 1)
     launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots,
-                        multi ? MultiQuery{p_in.q_len, p_in.n_q_heads / cache.n_kv_heads, 0, p_in.q_start} : MultiQuery{},
-                        stream);
+                        multi_query(p_in, cache.n_kv_heads), stream);
   sq.scatter(stream);
 }
 

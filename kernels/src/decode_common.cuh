@@ -412,6 +412,10 @@ struct MultiQuery {
   int q_len = 1, group = 1, col0 = 0;
   const int32_t* q_start = nullptr;
 };
+// A decode's MultiQuery from column 0 (q_len 1: the default, which no single-query kernel or merge reads).
+inline MultiQuery multi_query(const DecodeParams& p, int n_kv_heads) {
+  return p.q_len > 1 ? MultiQuery{p.q_len, p.n_q_heads / n_kv_heads, 0, p.q_start} : MultiQuery{};
+}
 
 // Stage 2: out[b, h, :] = Σ_parts 2^(lse_i − max) o_i / Σ 2^(lse_i − max); parts
 // with lse = −inf (empty ranges) are skipped; a sequence with no tokens gives 0.
