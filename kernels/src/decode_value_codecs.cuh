@@ -307,8 +307,15 @@ struct TurboValues {
   static __device__ __forceinline__ float block_norm(const uint8_t* head) { return ld_f16(head); }
 };
 
+// turbo3/turbo2 values: one qs byte (the 2-bit codes of 4 dims) and their sign bits (s ≤ 15) → the pair codes
+// of dims 0, 1 and 2, 3 in bytes 0 and 1, as turbo_pairs' first two bytes, in 4 operations instead of 8 (no
+// PRMT; s·0x410 = s << 4 + s << 10 places both sign pairs without overlaps).
+__device__ __forceinline__ uint32_t turbo_value_pairs(uint32_t q, uint32_t s) {
+  return ((q | (q << 4)) & 0x0f0fu) | ((s * 0x410u) & 0x3030u);
+}
+
 // turbo2/3/4 values: the same block codec as the keys (turbo4: the u16 at byte 2r + 16w of qs;
-// turbo3/turbo2: built by turbo_pairs), through the key LUT.
+// turbo3/turbo2: built by turbo_value_pairs), through the key LUT.
 template <int Bits>
 struct ValueCodec<ValueKind::turbo, Bits> : TurboValues {
   static constexpr bool kSignTerm = false;
@@ -323,7 +330,7 @@ struct ValueCodec<ValueKind::turbo, Bits> : TurboValues {
       word = ld_u16(vb + 16 * wl);
     } else {  // qs byte r + 8w; turbo3: sign nibble (r & 1) of byte r/2 + 4w (vb: + r), turbo2: none
       const uint8_t* sg = vb - r + 32 + (r >> 1) + 4 * wl;
-      word = turbo_pairs(ld_u8(vb + 8 * wl), Bits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
+      word = turbo_value_pairs(ld_u8(vb + 8 * wl), Bits == 3 ? ld_u8(sg) >> (4 * (r & 1)) & 15u : 0u);
     }
     key_frag<typename K::Q, false>({word, word}, 0, lut_lane, x[0], x[1]);
   }
