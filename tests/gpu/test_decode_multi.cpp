@@ -148,7 +148,7 @@ TEST_CASE("decode: fixed splits replay from a CUDA graph with new seq_lens", "[d
   c.fmt = "turboquant_4bit_nc";
   c.lens = {700, 3000, 64};
   c.splits = 4;
-  check_graph_replays(c, 31, {{c.lens}, {{1, 2999, 17}}});  // the captured lengths, then new ones on the same pages
+  check_graph_replays(c, 31, {{c.lens, {}}, {{1, 2999, 17}, {}}});  // the captured lengths, then new ones on the same pages
 }
 
 TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "[decode][graph][multi][quick]") {
@@ -158,7 +158,7 @@ TEST_CASE("decode: multi-query from a CUDA graph, replayed with new seq_lens", "
     c.q_len = 4;
     c.lens = {700, 3000, 64};
     c.splits = 4;
-    check_graph_replays(c, 37, {{c.lens}, {{2, 2999, 17}}});
+    check_graph_replays(c, 37, {{c.lens, {}}, {{2, 2999, 17}, {}}});
   }
 }
 
@@ -171,7 +171,7 @@ TEST_CASE("decode: variable query counts from a CUDA graph, replayed with new co
     c.q_len = 4;
     c.lens = {700, 3000, 64};
     c.splits = 4;
-    check_graph_replays(c, 41, {{c.lens}, {{2, 2999, 17}, {1, 4, 4}}, {{3, 5, 64}, {3, 3, 3}}});
+    check_graph_replays(c, 41, {{c.lens, {}}, {{2, 2999, 17}, {1, 4, 4}}, {{3, 5, 64}, {3, 3, 3}}});
   }
 }
 
