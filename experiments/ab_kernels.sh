@@ -17,7 +17,8 @@
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
 # lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
 # (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
-# the variant. More passes on the same builds (other shapes or AB_BATCH): `ab_kernels.sh time` with the same $OUT,
+# the variant; AB_QCOUNTS (e.g. "16,1x31"): the same table for tq-bench --q-counts (a query count per
+# sequence; its varlen_ms column), in place of AB_QLEN. More passes on the same builds (other shapes or AB_BATCH): `ab_kernels.sh time` with the same $OUT,
 # whose lines append to ab.txt (the device tool returns at most 8 files, no deeper than 2 folders).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,9 +54,10 @@ for rep in $(seq "${AB_REPS:-2}"); do
     for shape in ${AB_SHAPES:-32,8}; do
       for dim in ${AB_DIMS:-128}; do
         for ctx in ${AB_CTX:-32768}; do
-          if [ -n "${AB_QLEN:-}" ]; then
+          if [ -n "${AB_QLEN:-}${AB_QCOUNTS:-}" ]; then
+            qarg="--q-len ${AB_QLEN:-}"; [ -n "${AB_QCOUNTS:-}" ] && qarg="--q-counts $AB_QCOUNTS"
             "$bin" $FORMATS $SHAPE --head-dim "$dim" --q-heads "${shape%,*}" --kv-heads "${shape#*,}" --ctx "$ctx" \
-              --q-len "$AB_QLEN" 2>> "$OUT/errors.log" | grep -E '^(turbo|fp8|q[0-9])' |
+              $qarg 2>> "$OUT/errors.log" | grep -E '^(turbo|fp8|q[0-9])' |
               sed "s/^/$v $shape$BL D$dim $ctx /" | tee -a "$OUT/ab.txt"
             continue
           fi

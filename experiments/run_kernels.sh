@@ -3,10 +3,11 @@
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
 #        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64,
-#        shapes,mq
+#        shapes,mq,varlen
 #        (default: the first six)
 #   shapes: the issue's shapes (32/8, 64/8, 128/8, 16/2 at 32K) and SDPA on each, into shapes.txt (SHAPE_FORMATS);
-#   mq: the multi-query table (--q-len 2,4,16 at 32/8) into multi_query.txt
+#   mq: the multi-query table (--q-len 2,4,16 at 32/8) into multi_query.txt; varlen: tq-bench --q-counts
+#   (a query count per sequence: 16,1x31, 128,1x31, 4x8,1x24, 16x32 at 32/8) into varlen.txt
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -30,7 +31,7 @@
 # planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
 # python/examples/bench_multi_query.py at G 1, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
 # activations against fp16, interleaved), mma_peak.txt (mma: the tensor cores' ceilings, experiments/mma_peak.cu
-# and wgmma_peak.cu), mq64_proto.txt (mq64: experiments/mq64_proto.cu's check and timings); a summary table is
+# and wgmma_peak.cu), mq64_proto.txt (mq64: experiments/mq64_proto.cu's check and timings), varlen.txt (varlen); a summary table is
 # printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
@@ -249,6 +250,20 @@ if has mq; then
     --kv-heads 8 --ctx 32768 --q-len 2,4,16 > "$OUT/multi_query.txt" 2>> "$OUT/errors.log" ||
     { status=1; echo "tq-bench --q-len failed:"; tail -5 "$OUT/errors.log"; }
   cat "$OUT/multi_query.txt"
+fi
+
+if has varlen; then
+  # A query count per sequence (tq-bench --q-counts, vLLM's query_start_loc) at 32/8/128, 32K, B 32: one long chunk
+  # among single-query decodes, a few drafts each, and one count everywhere; varlen_ms next to the fused decode
+  # of the largest count in every sequence.
+  : > "$OUT/varlen.txt"
+  for counts in 16,1x31 128,1x31 4x8,1x24 16x32; do
+    timeout 120 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc --format turboquant_3bit_nc \
+      --format turbo3 --batch 32 --block-size 16 --layout vllm --dequant none --head-dim 128 --q-heads 32 \
+      --kv-heads 8 --ctx 32768 --q-counts "$counts" >> "$OUT/varlen.txt" 2>> "$OUT/errors.log" ||
+      { status=1; echo "tq-bench --q-counts $counts failed:"; tail -5 "$OUT/errors.log"; }
+  done
+  cat "$OUT/varlen.txt"
 fi
 
 if has models; then
