@@ -296,7 +296,8 @@ fi
 
 if has torch; then
   # The PyTorch operators (python/): built in place with the system g++ (see python/setup.py), their pytest
-  # suite on this GPU, and what an op call adds over its kernels (examples/bench_op_overhead.py).
+  # suite on this GPU, what an op call adds over its kernels (examples/bench_op_overhead.py), and the drop-in
+  # example next to torch SDPA (examples/decode_vs_sdpa.py).
   t0=$(date +%s)
   if (cd "$ROOT/python" && CXX=${TORCH_CXX:-/usr/bin/g++} MAX_JOBS=$JOBS timeout 400 python3 setup.py build_ext --inplace) \
       > "$OUT/torch.log" 2>&1; then
@@ -306,6 +307,10 @@ if has torch; then
     echo "pytest python/tests: $(grep -E '[0-9]+ (passed|failed)' "$OUT/torch.log" | tail -1)"
     (cd "$ROOT" && PYTHONPATH=python timeout 120 python3 python/examples/bench_op_overhead.py \
       --json "$OUT/op_overhead.jsonl") 2>&1 | tee -a "$OUT/torch.log" || status=1
+    for ex in "" "--q-counts 16,1x7"; do  # the drop-in example, one query each and a mixed batch (query_start_loc)
+      (cd "$ROOT" && PYTHONPATH=python timeout 120 python3 python/examples/decode_vs_sdpa.py $ex) 2>&1 |
+        tee -a "$OUT/torch.log" || status=1
+    done
   else
     status=1; echo "torch extension build failed (see torch.log):"; tail -20 "$OUT/torch.log"
   fi
