@@ -137,8 +137,15 @@ int balance_slots(int batch, int max_tiles, int slots, int splits) {
 // ab_cta_merge_h100.txt): at B 32, 32K 16/2 (8 warps per head) −2.2 … −7.3%; merging at 2 warps per head cost up
 // to 2.6% (32/8, 64/8), and on items of ≤ 128 tokens (batch 1, 4K) 5 … 24%.
 constexpr int kCtaMergeMinWarps = 4, kCtaMergeMinItemTokens = 2048;
+// 3bit_nc (3-bit mse keys, 3-bit values) merges at any item length: in the run-time-flag A/B (same file) its
+// batch-1 4K decodes at 16/2 and 32/4 were 13% and 9% faster merging, where every other format was 5–24% slower.
+template <class C>
+constexpr int cta_merge_min_item_tokens() {
+  return QCfg<C>::kMse && C::kKeyBits == 3 && C::kValueBits == 3 ? 0 : kCtaMergeMinItemTokens;
+}
 
-void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan, bool balance) {
+void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan, bool balance,
+                 int merge_min_item_tokens) {
   const int tile = sub_tokens * plan.warps_per_head, batch = p.blocks.batch;
   const int groups = batch * plan.head_groups, slots = sm_count * plan.ctas_per_sm;
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
@@ -158,7 +165,7 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
   // over its items; the kernel's occupancy was asked of the merging kernel, whose shared memory and threads are the
   // same)
   if (plan.part_warps == 1 && plan.warps_per_head > 1 &&
-      int64_t(p.max_seq_len) * batch < int64_t(kCtaMergeMinItemTokens) * plan.items)
+      int64_t(p.max_seq_len) * batch < int64_t(merge_min_item_tokens) * plan.items)
     plan.part_warps = plan.warps_per_head;
   if (plan.part_warps <= 0) plan.part_warps = plan.warps_per_head;
   plan.parts = plan.items == batch ? plan.part_warps
@@ -411,9 +418,11 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
   // tiles: N-tiles per warp of the multi-query kernels (2: CTAs of 8 warps)
   auto plan_for = [&](bool dual, int tiles = 1) {
     DecodePlan plan;
+    int merge_min_item_tokens = kCtaMergeMinItemTokens;
     dispatch_decode_format(f, [&](auto cfg) {
       using C = decltype(cfg);
       using Q = QCfg<C>;
+      merge_min_item_tokens = cta_merge_min_item_tokens<C>();
       int stage_bytes = 0, stages = 0;
       // dynamic: ring, q buffers (one per warp), wide: the LUT (see ring_layout); static:
       // LUT (not wide), barriers, centroids
@@ -448,7 +457,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
     });
     // the balanced dealing only at G ≤ 4 query columns per kv head: planner_ab.py on one H100 (B 32, 32K) put even
     // chunks 3–11% ahead at 64/8, 96/8 and 128/8 (4bit_nc 128/8: 0.5623 → 0.5085 ms) and level at 32/8
-    finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/group <= 4);
+    finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/group <= 4, merge_min_item_tokens);
     return plan;
   };
   if (multi) {  // launches of ColumnChunks

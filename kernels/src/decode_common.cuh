@@ -610,9 +610,11 @@ void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
                  int two_cta_min_stages, int cta_warps);
 // Split count (fixed or auto), query passes (from query_slices), parts and workspace size of a plan;
-// balance: the kernel can deal the tokens out by dev::work_item_balanced (DecodePlan::balance_slots).
+// balance: the kernel can deal the tokens out by dev::work_item_balanced (DecodePlan::balance_slots);
+// merge_min_item_tokens: where plan_stage1 chose the CTA merge (part_warps 1), the shortest average work item
+// that keeps it (shorter: one part per warp again).
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan,
-                 bool balance = false);
+                 bool balance = false, int merge_min_item_tokens = 0);
 // DecodePlan::balance_slots for a one-head-group decode of batch sequences of max_tiles tiles over
 // `slots` CTA slots with the auto split count `splits`: slots where the balanced dealing's makespan
 // model is ≥ 2% below the usual one's, else 0.

@@ -487,10 +487,11 @@ TEST_CASE("decode: sequences longer than the plan's max_seq_len (merge in severa
     }
 }
 
-// With ≥ 4 warps per kv head (≤ 4 kv heads per CTA of 16 warps, ≤ 2 of 8) and work items of ≥ 2048 tokens, the CTA
-// merges its warps' parts in shared memory (DecodePlan::part_warps 1): with one split each sequence is one item and
-// goes straight to out, with two its item parts go through the workspace and the merge kernel. Every format, d 64 /
-// 128 / 256, 1–4 kv heads, G 1–8, against float64 attention; the 17-token sequence leaves most warps' parts empty.
+// With ≥ 4 warps per kv head (≤ 4 kv heads per CTA of 16 warps, ≤ 2 of 8) and work items of ≥ 2048 tokens (3bit_nc:
+// any length), the CTA merges its warps' parts in shared memory (DecodePlan::part_warps 1): with one split each sequence is one item and
+// goes straight to out, with two its item parts go through the workspace and the merge kernel; with the auto split
+// count the items are short, and 3bit_nc merges them as well. Every format, d 64 / 128 / 256, 1–4 kv heads, G 1–8,
+// against float64 attention; the 17-token sequence leaves most warps' parts empty.
 TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, long work items)", "[decode]") {
   struct H {
     int hq, hkv, d;
@@ -499,7 +500,7 @@ TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, long work item
   for (const std::string& fmt : tq::cuda::gpu_formats(/*decode_only=*/true))  // (the quantized ones)
     for (const H h : {H{16, 2, 128}, H{32, 4, 128}, H{8, 1, 128}, H{12, 3, 128}, H{4, 4, 128}, H{16, 2, 64},
                       H{16, 2, 256}})
-      for (const int splits : {1, 2}) {
+      for (const int splits : {1, 2, 0}) {
         DecodeCase c;
         c.fmt = fmt;
         c.hq = h.hq;
@@ -515,9 +516,12 @@ TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, long work item
           if (plan.part_warps == 1 && plan.warps_per_head > 1) {
             ++merged;
             // one part per item: a sequence of one item writes out directly, else the merge's bound
-            REQUIRE(plan.parts == (splits == 1 ? 1 : plan.items - F.pg.batch + 1));
+            if (splits > 0) REQUIRE(plan.parts == (splits == 1 ? 1 : plan.items - F.pg.batch + 1));
           }
-          if (fmt == "turboquant_4bit_nc" && h.d == 128 && h.hkv == 2) REQUIRE(plan.part_warps == 1);  // (the path runs)
+          if (fmt == "turboquant_4bit_nc" && h.d == 128 && h.hkv == 2 && splits > 0)
+            REQUIRE(plan.part_warps == 1);  // (the path runs)
+          // 3bit_nc merges short work items too (the auto split count's, a few hundred tokens each)
+          if (fmt == "turboquant_3bit_nc" && h.d == 128 && h.hkv == 2) REQUIRE(plan.part_warps == 1);
         });
       }
   REQUIRE(merged >= 40);
