@@ -400,10 +400,6 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
       tq::bench::Cells cells = {name};
       const auto more = table_cells(r);
       cells.insert(cells.end(), more.begin(), more.end());
-      if (!a.q_counts.empty()) {
-        const auto vl = varlen_cells(r);
-        cells.insert(cells.end(), vl.begin(), vl.end());
-      }
       table.add(cells);
     }
   }

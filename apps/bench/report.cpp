@@ -137,7 +137,7 @@ void to_json(Json& j, const MultiQueryReport& r) {
 
 Cells table_cells(const MultiQueryReport& r) {
   const cuda::MultiQueryBench& m = r.m;
-  return {std::to_string(m.q_len),
+  Cells cells = {std::to_string(m.q_len),
           fmt::format("{:.4f}", m.fused.median_ms),
           fmt::format("{:.1f}", pct(m.gbps, r.copy)),
           fmt::format("{:.4f}", m.single.median_ms),
@@ -148,10 +148,10 @@ Cells table_cells(const MultiQueryReport& r) {
           fmt::format("{:.2f}", m.f16.median_ms / m.fused.median_ms),
           std::to_string(m.plan.query_passes),
           std::to_string(m.plan.column_tiles)};
-}
-
-Cells varlen_cells(const MultiQueryReport& r) {
-  return {fmt::format("{:.4f}", r.m.varlen.median_ms), fmt::format("{:.2f}", r.m.varlen.median_ms / r.m.fused.median_ms)};
+  if (m.varlen.reps > 0)  // --q-counts
+    cells.insert(cells.end(), {fmt::format("{:.4f}", m.varlen.median_ms),
+                               fmt::format("{:.2f}", m.varlen.median_ms / m.fused.median_ms)});
+  return cells;
 }
 
 bool DumpCheckReport::ok() const {

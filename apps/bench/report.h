@@ -67,8 +67,7 @@ struct MultiQueryReport {
   const cuda::CopyBench& copy;
 };
 void to_json(Json& j, const MultiQueryReport& r);  // q_len … reps (the row's shape keys come first)
-Cells table_cells(const MultiQueryReport& r);      // q_len … passes
-Cells varlen_cells(const MultiQueryReport& r);     // --q-counts: varlen_ms, varlen/fused
+Cells table_cells(const MultiQueryReport& r);      // q_len … tiles (--q-counts: then varlen_ms, varlen/fused)
 
 // --check-dump: one layer of one format (name "" = the FP16 baseline decode). A format whose
 // store and dequant ran but whose decode did not (no kernel, a shape it refuses) is partial:

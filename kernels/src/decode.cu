@@ -532,6 +532,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     t.qs1[w] = f.qjl_s1[w];
     t.qs2[w] = f.qjl_s2[w];
   }
+  const MultiQuery mq = multi_query(p_in, cache.n_kv_heads);  // (the launches set their first column)
   dispatch_decode_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     using Q = QCfg<C>;
@@ -562,7 +563,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};
-        MultiQuery m = multi_query(p_in, cache.n_kv_heads);
+        MultiQuery m = mq;
         m.col0 = c0;
         decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
                                 plan.smem_bytes, stream);
@@ -589,8 +590,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     }
   });
   if (plan.parts > 1)
-    launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots,
-                        multi_query(p_in, cache.n_kv_heads), stream);
+    launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, mq, stream);
   sq.scatter(stream);
 }
 

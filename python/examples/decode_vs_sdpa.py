@@ -14,6 +14,7 @@ varlen SDPA, so the dense side is one SDPA call per sequence with that causal ma
         [--dtype bf16] [--q-counts 16,1x7]
 """
 import argparse
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,7 @@ def main():
     # --- dense: torch SDPA over [B, H, T, D] (GQA) --------------------------------
     kd, vd = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
     if counts:  # one call per sequence: its n queries [1, H, n, D], query j seeing positions <= T - n + j
-        starts = [sum(counts[:b]) for b in range(B + 1)]
+        starts = [0, *itertools.accumulate(counts)]
         masks = [torch.arange(T, device="cuda")[None] <= (T - n + torch.arange(n, device="cuda"))[:, None]
                  for n in counts]
         sdpa = lambda: torch.cat([

@@ -189,31 +189,36 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
     if query_start_loc is not None:
         return _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
                               query_start_loc, max_query_len)
-    b, q_len, heads, d = _qshape(query)
+    _, q_len, heads, _ = _qshape(query)
     # (a sequence shorter than its chunk stays on the fused kernel, which masks its first queries; the
     # dense path reads seq_lens on the host anyway)
     if takes_dense(q_len, heads, kv_cache.shape[2]) and (
             q_len > 128 or (seq_lens.numel() > 0 and int(seq_lens.min()) >= q_len)):
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
-    ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
-                                            max_seq_len, num_splits, query.dtype), dtype=torch.uint8,
-                     device=query.device)
-    out = torch.empty_like(query)
-    decode_out(out, query, kv_cache, block_table, seq_lens, ws, format, scale, max_seq_len, num_splits)
-    return out
+    return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits)
 
 
 def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
                    max_query_len):
     """decode() with query_start_loc: the fused kernel, or decode_dense where takes_dense(max_query_len, ...)
     and every sequence holds its queries."""
-    b, heads, d = query_start_loc.shape[0] - 1, query.shape[1], query.shape[2]
-    if takes_dense(max_query_len, heads, kv_cache.shape[2]):
+    if takes_dense(max_query_len, query.shape[1], kv_cache.shape[2]):
         counts = query_start_loc[1:] - query_start_loc[:-1]
         if max_query_len > 128 or bool((seq_lens >= counts).all()):
             return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
                                 query_start_loc=query_start_loc)
-    ws = torch.empty(decode_workspace_bytes(format, b, max_query_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
+    return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
+                         query_start_loc, max_query_len)
+
+
+def _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc=None,
+                  max_query_len=0):
+    """decode_out (the fused kernel, q_len or max_query_len ≤ 128) with its workspace and output allocated."""
+    if query_start_loc is None:
+        b, q_len, heads, d = _qshape(query)
+    else:
+        b, q_len, heads, d = query_start_loc.shape[0] - 1, max_query_len, query.shape[1], query.shape[2]
+    ws = torch.empty(decode_workspace_bytes(format, b, q_len, heads, kv_cache.shape[2], d, kv_cache.shape[1],
                                             max_seq_len, num_splits, query.dtype), dtype=torch.uint8,
                      device=query.device)
     out = torch.empty_like(query)
@@ -280,16 +285,12 @@ def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: flo
             i = short[0]
             raise ValueError(f"seq_lens: decode_dense needs every sequence to hold its queries (sequence {i}: "
                              f"{lens[i]} tokens, {starts[i + 1] - starts[i]} queries)")
-        d = query.shape[2]
-        k, v = dequant(kv_cache, block_table, seq_lens, format, d, max_seq_len=max_seq_len)
+        k, v = dequant(kv_cache, block_table, seq_lens, format, query.shape[2], max_seq_len=max_seq_len)
         out = torch.empty_like(query)
         q16 = query.to(torch.float16)
-        row = 0
-        for i, n in enumerate(lens):
-            kk, vv = k[row:row + n].transpose(0, 1)[None], v[row:row + n].transpose(0, 1)[None]
-            qi = q16[starts[i]:starts[i + 1]].transpose(0, 1)[None]
-            out[starts[i]:starts[i + 1]] = _causal_sdpa(qi, kk, vv, scale)[0].transpose(0, 1)
-            row += n
+        rows = [slice(starts[i], starts[i + 1]) for i in range(len(lens))]
+        for r, o in zip(rows, _sdpa_per_sequence((q16[r] for r in rows), k, v, lens, scale)):
+            out[r] = o
         return out
     if query.dim() != 4:
         raise ValueError(f"query: decode_dense needs [num_seqs, q_len, num_heads, head_dim], got {tuple(query.shape)}")
@@ -306,12 +307,19 @@ def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: flo
         vv = v.view(b, n, -1, d).transpose(1, 2)
         out.copy_(_causal_sdpa(query.transpose(1, 2), kk, vv, scale).transpose(1, 2))
         return out
-    row = 0
-    for i, n in enumerate(lens):
-        kk, vv = k[row:row + n].transpose(0, 1)[None], v[row:row + n].transpose(0, 1)[None]
-        out[i] = _causal_sdpa(query[i].transpose(0, 1)[None], kk, vv, scale)[0].transpose(0, 1)
-        row += n
+    for i, o in enumerate(_sdpa_per_sequence(query, k, v, lens, scale)):
+        out[i] = o
     return out
+
+
+def _sdpa_per_sequence(queries, k, v, lens, scale):
+    """For each sequence i: the causal SDPA (end-aligned) of its queries (fp16 [n_i, heads, d], the i-th of
+    `queries`) over its dequantized rows of k, v (rows sum(lens[:i]) ... of [sum(lens), kv_heads, d])."""
+    row = 0
+    for qi, n in zip(queries, lens):
+        kk, vv = k[row:row + n].transpose(0, 1)[None], v[row:row + n].transpose(0, 1)[None]
+        yield _causal_sdpa(qi.transpose(0, 1)[None], kk, vv, scale)[0].transpose(0, 1)
+        row += n
 
 
 def encode_cpu(key, value, format: str):
