@@ -5,7 +5,7 @@
 #        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64,
 #        shapes,mq,varlen
 #        (default: the first six)
-#   shapes: the shapes (32/8, 64/8, 128/8, 16/2 at 32K) and SDPA on each, into shapes.txt (SHAPE_FORMATS);
+#   shapes: the shapes (32/8, 64/8, 128/8, 32/4, 16/2 at 32K) and SDPA on each, into shapes.txt (SHAPE_FORMATS);
 #   mq: the multi-query table (--q-len 2,4,16 at 32/8) into multi_query.txt; varlen: tq-bench --q-counts
 #   (a query count per sequence: 16,1x31, 128,1x31, 4x8,1x24, 16x32 at 32/8) into varlen.txt
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
@@ -221,12 +221,12 @@ if has sdpa; then
 fi
 
 if has shapes; then
-  # The shapes at 32K, B 32, d 128 (query heads / kv heads: 32/8, 64/8, 128/8, 16/2), the decode of
+  # The shapes at 32K, B 32, d 128 (query heads / kv heads: 32/8, 64/8, 128/8, 32/4, 16/2), the decode of
   # SHAPE_FORMATS against our FP16, then torch SDPA on each shape in the same session (kernels/shapes_*.txt).
   SHAPE_FORMATS=${SHAPE_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc turboquant_k8v4 turbo3 turbo4}
   SF=$(for f in $SHAPE_FORMATS; do printf -- '--format %s ' "$f"; done)
   : > "$OUT/shapes.txt"
-  shape_list=("32 8" "64 8" "128 8" "16 2")  # query heads, kv heads
+  shape_list=("32 8" "64 8" "128 8" "32 4" "16 2")  # query heads, kv heads
   for s in "${shape_list[@]}"; do
     echo "== ${s% *}/${s#* }" >> "$OUT/shapes.txt"
     timeout 120 "$BUILD/tq-bench" $SF --batch 32 --q-heads ${s% *} --kv-heads ${s#* } --head-dim 128 --ctx 32768 \
