@@ -532,7 +532,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     t.qs1[w] = f.qjl_s1[w];
     t.qs2[w] = f.qjl_s2[w];
   }
-  const MultiQuery mq = multi_query(p_in, cache.n_kv_heads);  // (the launches set their first column)
+  MultiQuery mq = multi_query(p_in, cache.n_kv_heads);  // (the launches' columns set below, for the merge)
   dispatch_decode_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     using Q = QCfg<C>;
@@ -560,6 +560,8 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
       if (ch.dual != (plan.query_slices == 2) ||
           plan.column_tiles > column_tiles<C>(plan.heads_per_cta, a.group_stride, planes))
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
+      mq.chunk = ch.base;
+      mq.chunk_rem = ch.rem;
       ch.for_each([&](int c0, int cols) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};

@@ -110,6 +110,18 @@ __device__ __forceinline__ int query_count(const int32_t* q_start, int b, int q_
 // all of sequence b.
 // The functions are warp-collective: every lane of the warp calls them with the same
 // arguments and gets the same result.
+// A multi-query launch with a query count per sequence (DecodeParams::q_start) deals its items as if the
+// sequences it computes nothing for were empty (QueryCut): those whose count is ≤ j0, the launch's first query.
+// Its CTAs then go to the sequences with queries in it (a 16-query chunk among single-query decodes takes
+// every item in the launches past the first, not its 1/32 of them). Empty, such a sequence still has its one
+// item, and the merge repeats the launch's dealing for each row (MultiQuery::launch_col0).
+struct QueryCut {
+  const int32_t* q_start = nullptr;  // null: every sequence counts with its length
+  int q_len = 1, j0 = 0;
+};
+__device__ __forceinline__ bool served(const QueryCut& qc, int b) {
+  return !qc.q_start || query_count(qc.q_start, b, qc.q_len) > qc.j0;
+}
 struct Range {
   int begin, end, tiles;  // tokens [begin, end), tiles of `tile` tokens
 };
@@ -138,11 +150,14 @@ struct LaneLens {
   const int32_t* lens;
   int batch, tile, lane;
   int len_r[kRegs], t_r[kRegs];
-  __device__ __forceinline__ LaneLens(const int32_t* l, int n, int tl)
+  // cut: the sequences it leaves out count as empty (the first 32·kRegs only: later ones, re-read where used,
+  // keep their lengths, which costs a launch some items but no result, and the code stays small)
+  __device__ __forceinline__ LaneLens(const int32_t* l, int n, int tl, const QueryCut& cut)
       : lens(l), batch(n), tile(tl), lane(int(threadIdx.x & 31)) {
 #pragma unroll
     for (int j = 0; j < kRegs; ++j) {
-      len_r[j] = lane + 32 * j < batch ? max(lens[lane + 32 * j], 0) : 0;
+      const int b = lane + 32 * j;
+      len_r[j] = b < batch && served(cut, b) ? max(lens[b], 0) : 0;
       t_r[j] = tiles_of(len_r[j], tile);
     }
   }
@@ -214,7 +229,8 @@ __device__ __forceinline__ void set_range(WorkItem& w, int len, int chunk, int t
   w.r.tiles = w.r.begin < w.r.end ? tiles_of(w.r.end - w.r.begin, tile) : 0;
 }
 
-__device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, int n_items, int tile, int item) {
+__device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, int n_items, int tile, int item,
+                                              const QueryCut& qc = {}) {
   WorkItem w{-1, 0, 1, {0, 0, 0}, item};
   int chunk, len = 0;  // tokens
   if (n_items == batch) {
@@ -222,7 +238,7 @@ __device__ __forceinline__ WorkItem work_item(const int32_t* lens, int batch, in
     chunk = 1 << 30;
     len = max(lens[item], 0);
   } else {
-    const LaneLens ll(lens, batch, tile);
+    const LaneLens ll(lens, batch, tile, qc);
     const int L = chunk_tiles(ll, n_items);
     chunk = L * tile;
     int base = 0;  // items of the sequences before b0
@@ -286,9 +302,9 @@ __device__ __forceinline__ bool balanced_rule(const LaneLens& ll, int batch, int
 // Where the last chunks would not fit in the idle slots (Σ (r_b + 2) > (slots − N1) · (L + 2)
 // tiles, r_b = t_b − (count_b − 1) · L: a ragged batch), the usual dealing over `slots` items.
 __device__ __forceinline__ WorkItem work_item_balanced(const int32_t* lens, int batch, int n_items, int tile,
-                                                       int item, int slots) {
+                                                       int item, int slots, const QueryCut& qc = {}) {
   {
-    const LaneLens ll(lens, batch, tile);
+    const LaneLens ll(lens, batch, tile, qc);
     int L, n1;
     if (balanced_rule(ll, batch, n_items, slots, L, n1)) {
       WorkItem w{-1, 0, 1, {0, 0, 0}, item};
@@ -324,16 +340,17 @@ __device__ __forceinline__ WorkItem work_item_balanced(const int32_t* lens, int 
     }
   }
   if (item >= slots) return WorkItem{-1, 0, 1, {0, 0, 0}, item};
-  return work_item(lens, batch, slots, tile, item);
+  return work_item(lens, batch, slots, tile, item, qc);
 }
 
 // Sequence b's (first item row, item count) in the dealing stage 1 used (work_item; where slots > 0,
 // work_item_balanced): the merge's rows, from seq_lens alone, so the merge kernel computes them
 // before it waits for stage 1. (Both dealings number a sequence's items consecutively, first_b =
 // Σ count of the sequences before b.)
-__device__ __forceinline__ int2 seq_items_of(const int32_t* lens, int batch, int n_items, int tile, int slots, int b) {
+__device__ __forceinline__ int2 seq_items_of(const int32_t* lens, int batch, int n_items, int tile, int slots, int b,
+                                             const QueryCut& qc = {}) {
   if (n_items == batch) return make_int2(b, 1);
-  const LaneLens ll(lens, batch, tile);
+  const LaneLens ll(lens, batch, tile, qc);
   int L = 0, n1;
   if (!(slots > 0 && balanced_rule(ll, batch, n_items, slots, L, n1))) L = chunk_tiles(ll, slots > 0 ? slots : n_items);
   int before = 0;
@@ -408,9 +425,20 @@ __device__ __forceinline__ float sum_over_token_lanes(float v) {
 // q_start (DecodeParams'): null, or sequence b's query count is q_start's difference there
 // (dev::query_count; q_len the longest), its columns j past the count skipped: no stage-1 CTA or merge
 // row computes them, and the scatter does not write them back.
+// chunk, chunk_rem: the launches' column counts (ColumnChunks: the first chunk_rem take chunk + 1, the rest
+// chunk), from which the merge finds the launch of each row and repeats its dealing (dev::QueryCut).
 struct MultiQuery {
   int q_len = 1, group = 1, col0 = 0;
   const int32_t* q_start = nullptr;
+  int chunk = 0, chunk_rem = 0;
+  // the dealing of the launch whose first column is c0: the sequences with no query from c0's on count as empty
+  __device__ __forceinline__ dev::QueryCut cut(int c0) const { return {q_start, q_len, c0 / group}; }
+  // the first column of the launch that computes column c (chunk 0: one launch)
+  __device__ __forceinline__ int launch_col0(int c) const {
+    if (chunk <= 0) return 0;
+    const int wide = chunk_rem * (chunk + 1);
+    return c < wide ? c - c % (chunk + 1) : c - (c - wide) % chunk;
+  }
 };
 // A decode's MultiQuery from column 0 (q_len 1: the default, which no single-query kernel or merge reads).
 inline MultiQuery multi_query(const DecodeParams& p, int n_kv_heads) {

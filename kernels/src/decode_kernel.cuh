@@ -81,8 +81,11 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = kSub * warps_per_head;
   // every warp: the same
-  const dev::WorkItem wi = t.balance > 0 ? dev::work_item_balanced(a.seq_lens, a.batch, a.items, tile, item, t.balance)
-                                         : dev::work_item(a.seq_lens, a.batch, a.items, tile, item);
+  dev::QueryCut qcut{};  // (causal: the sequences with queries in this launch)
+  if constexpr (K::kCausal) qcut = t.mq.cut(t.mq.col0);
+  const dev::WorkItem wi = t.balance > 0
+                               ? dev::work_item_balanced(a.seq_lens, a.batch, a.items, tile, item, t.balance, qcut)
+                               : dev::work_item(a.seq_lens, a.batch, a.items, tile, item, qcut);
   if (wi.b < 0) return;  // an unused item (the lengths fit in fewer)
   if constexpr (K::kCausal) {  // every column of this launch past sequence wi.b's queries (q_start): nothing to compute
     if (t.mq.q_start && t.mq.col0 / t.mq.group >= dev::query_count(t.mq.q_start, wi.b, t.mq.q_len)) return;

@@ -38,7 +38,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   // while the last stage-1 CTAs still run (read from stage 1's writes after the wait, they were
   // one more L2 round trip on the decode's tail). tile 0 (our FP16 decode, whose
   // stage 1 does not release the merge early): stage 1 wrote them.
-  int2 si = tile > 0 ? dev::seq_items_of(a.seq_lens, a.batch, a.items, tile, balance, b) : make_int2(b, 1);
+  // (a multi-query decode with q_start: the dealing of the launch that computed row h's column)
+  const dev::QueryCut cut = mq.q_start ? mq.cut(mq.launch_col0(h % (mq.q_len * mq.group))) : dev::QueryCut{};
+  int2 si = tile > 0 ? dev::seq_items_of(a.seq_lens, a.batch, a.items, tile, balance, b, cut) : make_int2(b, 1);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // stage 1 complete, its writes visible
   if (tile == 0 && a.items != a.batch) si = a.seq_items[b];
   const int n = si.y * a.part_warps;

@@ -27,6 +27,8 @@ chunk. decode_dense is the large-chunk path (dequant to fp16, then torch SDPA);
 decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len >=
 DENSE_MIN_Q_LEN (DENSE_MIN_Q_LEN_G1 below 4 query heads per kv head; measured
 crossover: see python/examples/bench_multi_query.py and experiments/results/kernels.md).
+With query_start_loc it decides per sequence: a chunk that takes_dense goes dense, the
+decodes beside it stay fused (two calls, each on its sequences' rows).
 
 Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,
 turbo2, turbo3, turbo4, turbo4-qjl (and mse/fp8 + u3/u4 specs); head_dim 64, 128, 256.
@@ -40,6 +42,8 @@ tensors passed and return nothing), so store, decode_out and dequant_out trace w
 break. The allocating forms read lengths on the host (dequant always, decode where takes_dense
 holds), which breaks a compiled graph there.
 """
+
+import itertools
 
 import torch
 
@@ -170,7 +174,8 @@ def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: s
 
 def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
            num_splits: int = 0, validate: bool = False, query_start_loc=None, max_query_len: int = None):
-    """Allocating form of decode_out (decode_dense where takes_dense(q_len, num_heads, num_kv_heads)).
+    """Allocating form of decode_out (decode_dense where takes_dense(q_len, num_heads, num_kv_heads); with
+    query_start_loc, per sequence).
     max_seq_len defaults to block_table's capacity; with query_start_loc, max_query_len to the largest
     count (read on the host)."""
     if max_seq_len is None:
@@ -200,15 +205,35 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
 
 def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
                    max_query_len):
-    """decode() with query_start_loc: the fused kernel, or decode_dense where takes_dense(max_query_len, ...)
-    and every sequence holds its queries."""
-    if takes_dense(max_query_len, query.shape[1], kv_cache.shape[2]):
-        counts = query_start_loc[1:] - query_start_loc[:-1]
-        if max_query_len > 128 or bool((seq_lens >= counts).all()):
-            return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
-                                query_start_loc=query_start_loc)
-    return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
-                         query_start_loc, max_query_len)
+    """decode() with query_start_loc. Each sequence takes the faster path for its own count: decode_dense where
+    takes_dense(count, ...) and it holds its queries (or count > 128, beyond the fused kernel), the fused kernel
+    otherwise. A batch split between them (a long chunk next to decodes, as vLLM schedules a chunked prefill)
+    runs two calls on its sequences' rows."""
+    b, heads, kvh = query_start_loc.shape[0] - 1, query.shape[1], kv_cache.shape[2]
+    dense = []
+    if takes_dense(max_query_len, heads, kvh):  # (only then may a sequence take it: counts and lengths on the host)
+        starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+        counts = [starts[i + 1] - starts[i] for i in range(b)]
+        dense = [i for i in range(b)
+                 if counts[i] > 128 or (takes_dense(counts[i], heads, kvh) and lens[i] >= counts[i])]
+    if len(dense) == b:
+        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
+                            query_start_loc=query_start_loc)
+    if not dense:
+        return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
+                             query_start_loc, max_query_len)
+    out = torch.empty_like(query)
+    chosen = set(dense)
+    fused = [i for i in range(b) if i not in chosen]
+    for seqs, dense_part in ((dense, True), (fused, False)):
+        idx = torch.tensor(seqs, dtype=torch.int64, device=query.device)
+        rows = torch.cat([torch.arange(starts[i], starts[i + 1], device=query.device) for i in seqs])
+        part_counts = [counts[i] for i in seqs]
+        qsl = torch.tensor([0] + list(itertools.accumulate(part_counts)), dtype=torch.int32, device=query.device)
+        args = (query[rows], kv_cache, block_table[idx], seq_lens[idx], format, scale, max_seq_len)
+        out[rows] = (decode_dense(*args, query_start_loc=qsl) if dense_part else
+                     _decode_fused(*args, num_splits, qsl, max(part_counts)))
+    return out
 
 
 def _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc=None,

@@ -99,6 +99,32 @@ static void run_varlen(const std::string& fmt, bool quick) {
     c.q_len = 1;
     run_decode(c);
   }
+  if (quick) return;
+  // Each launch deals its items over the sequences with queries in it (dev::QueryCut) and the merge repeats
+  // that dealing per row: one long chunk among single-query sequences (launches 2–4 serve it alone), and G 7
+  // with q_len 3 (21 columns: launches of 11 + 10 columns where a CTA runs both slices, 16 + 5 with two
+  // N-tiles per warp, so a launch starts inside a query's columns).
+  DecodeCase c;
+  c.fmt = fmt;
+  c.q_counts = {1, 1, 16, 1, 1, 1};
+  c.q_len = 16;
+  c.lens = {300, 2000, 2600, 50, 1, 700};
+  for (const int splits : {0, 4}) {
+    c.splits = splits;
+    run_decode(c);
+  }
+  c.hq = 14;
+  c.hkv = 2;
+  c.q_counts = {3, 1, 2, 3};
+  c.q_len = 3;
+  c.lens = {900, 40, 1300, 5};
+  for (const int d : {128, 256}) {
+    c.d = d;
+    for (const int splits : {0, 3}) {
+      c.splits = splits;
+      run_decode(c);
+    }
+  }
 }
 
 TEST_CASE("decode: variable query counts per sequence (query_start_loc), every format and our FP16 decode",
