@@ -227,7 +227,8 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
     fused = [i for i in range(b) if i not in chosen]
     for seqs, dense_part in ((dense, True), (fused, False)):
         idx = torch.tensor(seqs, dtype=torch.int64, device=query.device)
-        rows = torch.cat([torch.arange(starts[i], starts[i + 1], device=query.device) for i in seqs])
+        rows = torch.tensor([r for i in seqs for r in range(starts[i], starts[i + 1])], dtype=torch.int64,
+                            device=query.device)  # (one copy to the device, not one arange per sequence)
         part_counts = [counts[i] for i in seqs]
         qsl = torch.tensor([0] + list(itertools.accumulate(part_counts)), dtype=torch.int32, device=query.device)
         args = (query[rows], kv_cache, block_table[idx], seq_lens[idx], format, scale, max_seq_len)
