@@ -167,7 +167,30 @@ def multi_query():
     note = ("Multi-query: q_len queries per sequence, causal within the chunk, same shape; the H100 rows from "
             "[multi_query_tqbench_h100.txt](experiments/results/kernels/multi_query_tqbench_h100.txt) "
             "([kernels.md](experiments/results/kernels.md#multi-query-decode-q_len--1)).")
+    if (v := varlen_row("16,1x31")):
+        note += (f" A mixed batch, one 16-query chunk among 31 decodes (`--q-counts 16,1x31`), takes {v[1]:.3f} ms, "
+                 f"{v[1] / v[0]:.2f}× the decode with 16 queries in every sequence (H100, "
+                 "[varlen_h100.txt](experiments/results/kernels/varlen_h100.txt)).")
     return "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def varlen_row(counts):
+    """4bit_nc's (fused_ms, varlen_ms) in the last tq-bench --q-counts COUNTS table of kernels/varlen_h100.txt (the
+    file's newest run), or None."""
+    path, found, head, in_table = os.path.join(RES, "kernels", "varlen_h100.txt"), None, None, False
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            cells = line.split()
+            if line.startswith("fused: "):
+                in_table = f"query counts {counts} " in line
+            elif in_table and cells[:2] == ["format", "q_len"]:
+                head = cells
+            elif in_table and head and len(cells) == len(head) and cells[0] == "turboquant_4bit_nc":
+                r = dict(zip(head, cells))
+                found = (float(r["fused_ms"]), float(r["varlen_ms"]))
+    return found
 
 
 SHAPE_PRESETS = ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4"]
