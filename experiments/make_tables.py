@@ -125,23 +125,32 @@ def headline():
 MAIN_AT = re.compile(r"main at ([0-9a-f]{7})")
 
 
-def mq_rows(name):
-    """4bit_nc's rows of the first tq-bench --q-len table in kernels/NAME, by q_len, and the commit its comments
-    name ("main at ...")."""
-    rows, head, commit = {}, None, None
+def mq_tables(name):
+    """kernels/NAME's tq-bench multi-query tables in file order, each (its legend line, the "fused: ..." one before
+    it, or ""; 4bit_nc's rows as {column: cell}), and the first commit the file's comments name ("main at ...")."""
+    tables, head, legend, commit = [], None, "", None
     with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
         for line in f:
             cells = line.split()
             if commit is None and (m := MAIN_AT.search(line)):
                 commit = m.group(1)
-            if cells[:2] == ["format", "q_len"]:
-                if rows:
-                    break  # (a later table: an older commit)
+            if line.startswith("fused: "):
+                legend = line
+            elif cells[:2] == ["format", "q_len"]:
                 head = cells
+                tables.append((legend, []))
+                legend = ""
             elif head and len(cells) == len(head) and cells[0] == "turboquant_4bit_nc":
-                r = dict(zip(head, cells))
-                rows[int(r["q_len"])] = {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
-                                         "separate_over": float(r["separate/fused"])}
+                tables[-1][1].append(dict(zip(head, cells)))
+    return tables, commit
+
+
+def mq_rows(name):
+    """4bit_nc's rows of the first tq-bench --q-len table in kernels/NAME (later tables: older commits), by q_len,
+    and the commit its comments name."""
+    tables, commit = mq_tables(name)
+    rows = {int(r["q_len"]): {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
+                              "separate_over": float(r["separate/fused"])} for r in (tables[0][1] if tables else [])}
     return rows, commit
 
 
@@ -177,19 +186,12 @@ def multi_query():
 def varlen_row(counts):
     """4bit_nc's (fused_ms, varlen_ms) in the last tq-bench --q-counts COUNTS table of kernels/varlen_h100.txt (the
     file's newest run), or None."""
-    path, found, head, in_table = os.path.join(RES, "kernels", "varlen_h100.txt"), None, None, False
-    if not os.path.exists(path):
+    if not os.path.exists(os.path.join(RES, "kernels", "varlen_h100.txt")):
         return None
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            cells = line.split()
-            if line.startswith("fused: "):
-                in_table = f"query counts {counts} " in line
-            elif in_table and cells[:2] == ["format", "q_len"]:
-                head = cells
-            elif in_table and head and len(cells) == len(head) and cells[0] == "turboquant_4bit_nc":
-                r = dict(zip(head, cells))
-                found = (float(r["fused_ms"]), float(r["varlen_ms"]))
+    found = None
+    for legend, rows in mq_tables("varlen_h100.txt")[0]:
+        if f"query counts {counts} " in legend and rows:
+            found = (float(rows[0]["fused_ms"]), float(rows[0]["varlen_ms"]))
     return found
 
 

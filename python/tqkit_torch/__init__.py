@@ -195,12 +195,19 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
         return _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
                               query_start_loc, max_query_len)
     _, q_len, heads, _ = _qshape(query)
-    # (a sequence shorter than its chunk stays on the fused kernel, which masks its first queries; the
-    # dense path reads seq_lens on the host anyway)
-    if takes_dense(q_len, heads, kv_cache.shape[2]) and (
-            q_len > 128 or (seq_lens.numel() > 0 and int(seq_lens.min()) >= q_len)):
+    kvh = kv_cache.shape[2]
+    # (every sequence must hold its chunk: the shortest decides; the dense path reads seq_lens on the host anyway)
+    if takes_dense(q_len, heads, kvh) and _goes_dense(q_len, int(seq_lens.min()) if seq_lens.numel() else 0, heads,
+                                                       kvh):
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
     return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits)
+
+
+def _goes_dense(count, seq_len, heads, kvh):
+    """decode()'s path for a sequence of `count` queries over seq_len tokens: decode_dense where takes_dense and the
+    sequence holds its queries (a shorter one stays on the fused kernel, which masks its first queries), or where
+    count > 128, beyond the fused kernel."""
+    return count > 128 or (takes_dense(count, heads, kvh) and seq_len >= count)
 
 
 def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
@@ -210,21 +217,20 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
     otherwise. A batch split between them (a long chunk next to decodes, as vLLM schedules a chunked prefill)
     runs two calls on its sequences' rows."""
     b, heads, kvh = query_start_loc.shape[0] - 1, query.shape[1], kv_cache.shape[2]
-    dense = []
+    dense, fused = [], list(range(b))
     if takes_dense(max_query_len, heads, kvh):  # (only then may a sequence take it: counts and lengths on the host)
         starts, lens = query_start_loc.tolist(), seq_lens.tolist()
         counts = [starts[i + 1] - starts[i] for i in range(b)]
-        dense = [i for i in range(b)
-                 if counts[i] > 128 or (takes_dense(counts[i], heads, kvh) and lens[i] >= counts[i])]
-    if len(dense) == b:
+        fused = []
+        for i in range(b):
+            (dense if _goes_dense(counts[i], lens[i], heads, kvh) else fused).append(i)
+    if not fused:
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
                             query_start_loc=query_start_loc)
     if not dense:
         return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
                              query_start_loc, max_query_len)
     out = torch.empty_like(query)
-    chosen = set(dense)
-    fused = [i for i in range(b) if i not in chosen]
     for seqs, dense_part in ((dense, True), (fused, False)):
         idx = torch.tensor(seqs, dtype=torch.int64, device=query.device)
         rows = torch.tensor([r for i in seqs for r in range(starts[i], starts[i + 1])], dtype=torch.int64,
