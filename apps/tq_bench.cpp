@@ -382,7 +382,7 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
   tq::Json rows = tq::Json::array();
   std::vector<std::string> head = {"format", "q_len",  "fused_ms", "%copy", "q_len1_ms", "fused/q_len1", "separate_ms",
                                    "separate/fused", "f16_ms", "x_f16", "passes", "tiles"};
-  if (!a.q_counts.empty()) head.insert(head.end(), {"varlen_ms", "varlen/fused"});
+  if (!a.q_counts.empty()) head.insert(head.end(), {"varlen_ms", "varlen/fused", "rows_ms", "rows/varlen"});
   tq::Table table(head);
   for (const auto& name : tq::expand_format_names(a.formats)) {
     if (name == "f16") continue;
@@ -412,7 +412,8 @@ int run_multi_query(const Args& a, const tq::cuda::BenchShape& s, const tq::cuda
                 dev.name.c_str(), dev.sm_count, shape_text(a).c_str(), copy.gbps, a.reps,
                 a.q_counts.empty() ? ""
                                    : ("; varlen: one decode with the query counts " + a.q_counts_spec +
-                                      " (q_len: the largest)").c_str(),
+                                      " (q_len: the largest); rows: one single-query decode with every query a row "
+                                      "of its own (what a decode-only kernel runs for this batch)").c_str(),
                 table.text().c_str());
   }
   return 0;
@@ -505,7 +506,8 @@ int main(int argc, char** argv) {
   app.add_option("--q-counts", a.q_counts_spec,
                  "multi-query with each sequence's own query count (vLLM's query_start_loc), as --seq-lens: "
                  "'16,1x31' (batch entries, 1 … 128); times that launch too (varlen_ms) against the fused decode of "
-                 "the largest count for every sequence (--q-len: that count)")
+                 "the largest count for every sequence (--q-len: that count) and against one single-query decode "
+                 "with every query a row of its own (rows_ms)")
       ->excludes(check_opt)
       ->excludes("--q-len");
   auto* format_opt = app.get_option("--format");

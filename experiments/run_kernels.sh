@@ -255,7 +255,7 @@ fi
 if has varlen; then
   # A query count per sequence (tq-bench --q-counts, vLLM's query_start_loc) at 32/8/128, 32K, B 32: one long chunk
   # among single-query decodes, a few drafts each, and one count everywhere; varlen_ms next to the fused decode
-  # of the largest count in every sequence.
+  # of the largest count in every sequence and to one single-query decode with every query a row (rows_ms).
   : > "$OUT/varlen.txt"
   for counts in 16,1x31 128,1x31 4x8,1x24 16x32; do
     timeout 120 "$BUILD/tq-bench" --format turboquant_4bit_nc --format turboquant_k3v4_nc --format turboquant_3bit_nc \

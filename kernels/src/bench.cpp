@@ -330,6 +330,28 @@ MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_
     const DecodePlan pv = plan_decode(kf, caches.cache, vl.p);
     vl.ws = std::make_unique<Buf>(pv.workspace_bytes);
     r.varlen = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), vl.p, pv, vl.ws->p); });
+    // every query a single-query row of its own: sequence b's block-table row and len − count + 1 + j positions
+    const int pages = caches.tables.blocks.stride;
+    std::vector<int32_t> rtab, rlens;
+    for (int b = 0; b < s.batch; ++b) {
+      const int n = s.q_counts[size_t(b)];
+      for (int j = 0; j < n; ++j) {
+        rtab.insert(rtab.end(), caches.tables.host.begin() + int64_t(b) * pages,
+                    caches.tables.host.begin() + int64_t(b + 1) * pages);
+        rlens.push_back(std::max(1, s.len(b) - n + 1 + j));  // (a query that sees nothing: one position)
+      }
+    }
+    Buf rt(rtab.size() * 4), rl(rlens.size() * 4);
+    TQ_CUDA_CHECK(cudaMemcpy(rt.p, rtab.data(), rtab.size() * 4, cudaMemcpyHostToDevice));
+    TQ_CUDA_CHECK(cudaMemcpy(rl.p, rlens.data(), rlens.size() * 4, cudaMemcpyHostToDevice));
+    BenchShape rs = s;
+    rs.batch = int(rlens.size());
+    rs.seq_lens.clear();  // (the rows' lengths are rl's)
+    rs.q_counts.clear();
+    DecodeSetup rw = decode_setup(rs, BlockTable{rt.as<int32_t>(), pages, rl.as<int32_t>(), rs.batch});
+    const DecodePlan pr = plan_decode(kf, caches.cache, rw.p);
+    rw.ws = std::make_unique<Buf>(pr.workspace_bytes);
+    r.rows = time_launches(o, [&](int i) { paged_decode(kf, caches.view(i), rw.p, pr, rw.ws->p); });
   }
   r.kv_bytes = size_t(s.total_tokens()) * s.n_kv_heads * kf.slot_bytes;
   r.gbps = double(r.kv_bytes) / (r.fused.median_ms * 1e6);

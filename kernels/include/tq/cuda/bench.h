@@ -86,6 +86,10 @@ struct MultiQueryBench {
   int q_len = 0;
   Timing fused, single, separate;
   Timing varlen;     // BenchShape::q_counts: the fused decode with those counts (reps 0: not timed)
+  // BenchShape::q_counts: one single-query decode where every query is a row of its own (sequence b's query j
+  // over its first len − count + 1 + j positions, at least 1): what an engine without a multi-query kernel runs for
+  // a mixed batch (vLLM's decode path), in one launch (reps 0: not timed)
+  Timing rows;
   Timing f16;        // our FP16 multi-query decode, same q_len, over an fp16 cache of the shape
   DecodePlan f16_plan;
   size_t kv_bytes = 0;  // as DecodeBench: every slot once
