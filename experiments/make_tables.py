@@ -10,7 +10,7 @@ Sources (all under experiments/results/):
                              (the first line is the command, "$ ...")
   qwen/ppl512-all.txt        the same for Qwen2.5-Coder-1.5B, the whole text (experiments/qwen_eval.sh)
   qwen/ppl512-skip-all.txt   the same with --skip-layers first2,last2
-  kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench)
+  kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench; "commit": the tree measured)
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
   kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ..."; H200)
   kernels/multi_query_tqbench_h100.txt   the same on an H100 (its first table: the newest commit)
@@ -76,12 +76,14 @@ def kernels_jsonl(name):
 
 
 def bench_rows(ctx):
-    """format -> decode row of tq-bench at ctx (vLLM layout), and the SDPA time."""
+    """format -> decode row of tq-bench at ctx (vLLM layout; each row names its device, and the line the commit
+    measured), and the SDPA time."""
     rows, sdpa = {}, None
     for j in kernels_jsonl("bench.jsonl"):
         if j["ctx"] != ctx:
             continue
         for r in j["rows"]:
+            r = {**r, "commit": j.get("commit")}
             if r.get("layout") == "vllm" and "decode" in r:
                 rows[r["format"]] = r
     for j in kernels_jsonl("sdpa.jsonl"):
@@ -112,7 +114,8 @@ def headline():
             cells += ["—"] * 4
         lines.append("| " + " | ".join(cells) + " |")
     any_row = next(iter(gpu.values()))
-    note = (f"Decode: one NVIDIA H200, batch {any_row['batch']}, {any_row['q_heads']} query / {any_row['kv_heads']} KV "
+    at = f" (main at {any_row['commit']})" if any_row["commit"] else ""
+    note = (f"Decode: one {any_row['device']}{at}, batch {any_row['batch']}, {any_row['q_heads']} query / {any_row['kv_heads']} KV "
             f"heads, head_dim {any_row['head_dim']}, 32K tokens each, vLLM page layout; our FP16 paged decode "
             f"{any_row['decode']['f16_median_ms']:.3f} ms, torch SDPA (fp16, cuDNN/flash) {sdpa:.3f} ms, device copy "
             f"{any_row['copy_gbps']:.0f} GB/s. Quality: tq-eval, n_ctx 512, Jargon File Part I ("
@@ -178,20 +181,23 @@ def multi_query():
             "([kernels.md](experiments/results/kernels.md#multi-query-decode-q_len--1)).")
     if (v := varlen_row("16,1x31")):
         note += (f" A mixed batch, one 16-query chunk among 31 decodes (`--q-counts 16,1x31`), takes {v[1]:.3f} ms, "
-                 f"{v[1] / v[0]:.2f}× the decode with 16 queries in every sequence (H100, "
-                 "[varlen_h100.txt](experiments/results/kernels/varlen_h100.txt)).")
+                 f"{v[1] / v[0]:.2f}× the decode with 16 queries in every sequence"
+                 + (f"; a single-query decode with each query as its own row (what a decode-only kernel runs) takes "
+                    f"{v[2]:.3f} ms, so this one batch shape runs faster that way" if v[2] and v[2] < v[1] else "")
+                 + " (H100, [varlen_h100.txt](experiments/results/kernels/varlen_h100.txt)).")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
 def varlen_row(counts):
-    """4bit_nc's (fused_ms, varlen_ms) in the last tq-bench --q-counts COUNTS table of kernels/varlen_h100.txt (the
-    file's newest run), or None."""
+    """4bit_nc's (fused_ms, varlen_ms, rows_ms or None) in the last tq-bench --q-counts COUNTS table of
+    kernels/varlen_h100.txt (the file's newest run), or None."""
     if not os.path.exists(os.path.join(RES, "kernels", "varlen_h100.txt")):
         return None
     found = None
     for legend, rows in mq_tables("varlen_h100.txt")[0]:
         if f"query counts {counts} " in legend and rows:
-            found = (float(rows[0]["fused_ms"]), float(rows[0]["varlen_ms"]))
+            found = (float(rows[0]["fused_ms"]), float(rows[0]["varlen_ms"]),
+                     float(rows[0]["rows_ms"]) if "rows_ms" in rows[0] else None)
     return found
 
 
