@@ -3,11 +3,12 @@
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
 #        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64,
-#        shapes,mq,varlen
+#        shapes,mq,varlen,trace
 #        (default: the first six)
 #   shapes: the issue's shapes (32/8, 64/8, 128/8, 32/4, 16/2 at 32K) and SDPA on each, into shapes.txt (SHAPE_FORMATS);
 #   mq: the multi-query table (--q-len 2,4,16 at 32/8) into multi_query.txt; varlen: tq-bench --q-counts
-#   (a query count per sequence: 16,1x31, 128,1x31, 4x8,1x24, 16x32 at 32/8) into varlen.txt
+#   (a query count per sequence: 16,1x31, 128,1x31, 4x8,1x24, 16x32 at 32/8) into varlen.txt; trace: stage 1's
+#   phases per CTA from a TQ_DECODE_TRACE build (TRACE_FORMATS, TRACE_SHAPES "16/2 32/8", TRACE_CTX) into trace.txt
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -240,6 +241,36 @@ if has shapes; then
       { status=1; echo "sdpa ${s% *}/${s#* } failed:"; tail -5 "$OUT/errors.log"; }
   done
   cat "$OUT/shapes.txt"
+fi
+
+if has trace; then
+  # Stage-1 phases per CTA: tq-bench built with TQ_DECODE_TRACE into build-trace (the kernels print %globaltimer at
+  # entry, LUT built, first stage landed, main loop done, exit; the printf leaves some kernels with small spills, so
+  # the trace's times are a diagnostic, not a benchmark), at TRACE_SHAPES ("Q/K ..." at B 32, d 128) and TRACE_CTX,
+  # for TRACE_FORMATS, summarised by experiments/trace_summary.py into trace.txt.
+  TB=$ROOT/build-trace
+  PREFIX=""
+  [ -n "$DEPS" ] && PREFIX="-DCMAKE_PREFIX_PATH=$DEPS"
+  if { cmake -S "$ROOT" -B "$TB" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+         -DTQ_CORE_ONLY=ON -DTQ_BENCHMARKS=OFF -DTQ_TESTS=OFF "-DCMAKE_CUDA_FLAGS=-DTQ_DECODE_TRACE" $PREFIX &&
+       cmake --build "$TB" -j "$JOBS" --target tq-bench; } > "$OUT/trace_build.log" 2>&1; then
+    : > "$OUT/trace.txt"
+    for f in ${TRACE_FORMATS:-turboquant_4bit_nc}; do
+      for shape in ${TRACE_SHAPES:-16/2 32/8}; do
+        for ctx in ${TRACE_CTX:-4096 32768}; do
+          timeout 120 "$TB/tq-bench" --format "$f" --batch 32 --q-heads "${shape%/*}" --kv-heads "${shape#*/}" \
+            --head-dim 128 --block-size 16 --ctx "$ctx" --layout vllm --dequant none --reps 20 --warmup 1 \
+            > /tmp/trace_raw.txt 2>> "$OUT/errors.log" &&
+            python3 "$ROOT/experiments/trace_summary.py" /tmp/trace_raw.txt --label "$f $shape ctx $ctx" >> "$OUT/trace.txt" ||
+            { status=1; echo "trace $f $shape $ctx failed"; }
+          grep -E "^turboquant|^turbo" /tmp/trace_raw.txt | sed 's/^/  tq-bench (trace build): /' >> "$OUT/trace.txt"
+        done
+      done
+    done
+    cat "$OUT/trace.txt"
+  else
+    status=1; echo "trace build failed (trace_build.log)"; tail -20 "$OUT/trace_build.log"
+  fi
 fi
 
 if has mq; then

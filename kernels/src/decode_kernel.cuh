@@ -49,6 +49,17 @@
 #include "tq/cuda/decode.h"
 #include "tq/cuda/device.h"
 
+// TQ_DECODE_TRACE (a diagnostic build, experiments/run_kernels.sh trace; never in the library's own builds): thread 0
+// of each stage-1 CTA prints the %globaltimer (ns) at its entry, once the LUT is built, once its first stage has
+// landed, after its main loop and at its exit, for experiments/trace_summary.py.
+#ifdef TQ_DECODE_TRACE
+#include <cstdio>
+#define TQ_TRACE_AT(i) \
+  if (tid == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(trace_ns[i]))
+#else
+#define TQ_TRACE_AT(i)
+#endif
+
 namespace tq::cuda {
 
 namespace {
@@ -70,6 +81,10 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   __shared__ __align__(8) uint64_t bars[2 * kMaxStages];  // full[s], empty[s]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int heads = kHeads > 0 ? kHeads : a.heads_per_cta, warps_per_head = kHeads > 0 ? K::kWarpsPerHead : a.warps_per_head;
+#ifdef TQ_DECODE_TRACE
+  unsigned long long trace_ns[5] = {};
+#endif
+  TQ_TRACE_AT(0);
   // the warp's head, sub-tile and first query column (kSlices = 2: warps heads·warps_per_head … compute columns 8 …)
   const int hl = warp % heads, ws = kSlices == 1 ? warp / heads : warp / heads % warps_per_head;
   const int g0 = kSlices == 1 ? 0 : 8 * (warp / (heads * warps_per_head));
@@ -209,6 +224,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     next_pages = j < fill_tiles ? __shfl_sync(dev::kFull, fill_pages, (j * hw + lane) & 31) : ring.load_pages(j, hw);
   }
   __syncthreads();  // LUT complete
+  TQ_TRACE_AT(1);
 
   // ---- main loop ----
   typename K::Acc acc[kNT];  // per N-tile
@@ -230,6 +246,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       ring.issue(it - 1 + S, sp, pages, 0);
     }
     ring.wait_full(s, ph);
+#ifdef TQ_DECODE_TRACE
+    if (it == 0) TQ_TRACE_AT(2);
+#endif
     const int t0 = rg.begin + it * tile + kSub * ws;
     const int nvalid = min(rg.end - t0, kSub);
     // the sub-tile's work; kFullTile: all 32 tokens valid (every sub-tile but a range's
@@ -315,6 +334,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // wait in griddepcontrol.wait until this grid has finished and its writes are visible,
   // so its launch overlaps the write-out instead of following the last CTA's exit.
   // (Signalled at the start of the main loop, the waiting merge CTAs would take SM slots from it.)
+  TQ_TRACE_AT(3);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
   // K::kCtaMerge: the warps' parts to a staging area over the idle ring (DecodeArgs::merge says where), then one
@@ -340,6 +360,15 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     __syncthreads();
     merge_warp_parts<K>(a, stage0, s_row, heads, warps_per_head, hg);
   }
+#ifdef TQ_DECODE_TRACE
+  TQ_TRACE_AT(4);
+  if (tid == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    printf("TQT %u %u %u %u %d %d %llu %llu %llu %llu %llu\n", blockIdx.x, blockIdx.y, gridDim.x, sm, b, rg.tiles,
+           trace_ns[0], trace_ns[1], trace_ns[2], trace_ns[3], trace_ns[4]);
+  }
+#endif
 }
 
 // CTAs per SM the kernel's registers are sized for (__launch_bounds__)
