@@ -79,13 +79,20 @@ if has probe; then
   } 2>&1
 fi
 
+# build_tree DIR CUDA_FLAGS TARGET… [-- CMAKE_ARGS…]: the TQ_CORE_ONLY Release build of TARGETs in DIR
+build_tree() {
+  local dir=$1 flags=$2 targets=() extra=()
+  shift 2
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do targets+=("$1"); shift; done
+  [ "${1:-}" = -- ] && { shift; extra=("$@"); }
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTQ_CORE_ONLY=ON -DTQ_BENCHMARKS=OFF "-DCMAKE_CUDA_FLAGS=$flags" ${DEPS:+"-DCMAKE_PREFIX_PATH=$DEPS"} \
+    "${extra[@]}" && cmake --build "$dir" -j "$JOBS" --target "${targets[@]}"
+}
+
 if has build; then
-  PREFIX=""
-  [ -n "$DEPS" ] && PREFIX="-DCMAKE_PREFIX_PATH=$DEPS"
   t0=$(date +%s)
-  { cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DTQ_CORE_ONLY=ON -DTQ_BENCHMARKS=OFF "-DCMAKE_CUDA_FLAGS=-Xptxas=-v" $PREFIX &&
-    cmake --build "$BUILD" -j "$JOBS" --target tq-bench tq_gpu_tests; } > "$OUT/build.log" 2>&1 || {
+  build_tree "$BUILD" -Xptxas=-v tq-bench tq_gpu_tests > "$OUT/build.log" 2>&1 || {
     echo "BUILD FAILED (see build.log)"; tail -40 "$OUT/build.log"; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
@@ -249,11 +256,7 @@ if has trace; then
   # the trace's times are a diagnostic, not a benchmark), at TRACE_SHAPES ("Q/K ..." at B 32, d 128) and TRACE_CTX,
   # for TRACE_FORMATS, summarised by experiments/trace_summary.py into trace.txt.
   TB=$ROOT/build-trace
-  PREFIX=""
-  [ -n "$DEPS" ] && PREFIX="-DCMAKE_PREFIX_PATH=$DEPS"
-  if { cmake -S "$ROOT" -B "$TB" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTQ_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-         -DTQ_CORE_ONLY=ON -DTQ_BENCHMARKS=OFF -DTQ_TESTS=OFF "-DCMAKE_CUDA_FLAGS=-DTQ_DECODE_TRACE" $PREFIX &&
-       cmake --build "$TB" -j "$JOBS" --target tq-bench; } > "$OUT/trace_build.log" 2>&1; then
+  if build_tree "$TB" -DTQ_DECODE_TRACE tq-bench -- -DTQ_TESTS=OFF > "$OUT/trace_build.log" 2>&1; then
     : > "$OUT/trace.txt"
     for f in ${TRACE_FORMATS:-turboquant_4bit_nc}; do
       for shape in ${TRACE_SHAPES:-16/2 32/8}; do
