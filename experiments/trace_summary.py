@@ -38,8 +38,9 @@ def launches(lines):
 
 def summary(ctas):
     entry0, exit1 = min(c[6] for c in ctas), max(c[10] for c in ctas)
-    ph = {"lut": [c[7] - c[6] for c in ctas], "first": [c[8] - c[6] for c in ctas],
-          "loop": [c[9] - c[8] for c in ctas], "tail": [c[10] - c[9] for c in ctas],
+    fed = [c for c in ctas if c[8] > 0] or ctas  # (a CTA with no tiles never waits for a stage: t_first 0)
+    ph = {"lut": [c[7] - c[6] for c in ctas], "first": [c[8] - c[6] for c in fed],
+          "loop": [c[9] - c[8] for c in fed], "tail": [c[10] - c[9] for c in ctas],
           "entry skew": [c[6] - entry0 for c in ctas], "exit skew": [exit1 - c[10] for c in ctas]}
     return (exit1 - entry0) / 1e3, len(ctas), {k: (statistics.median(v) / 1e3, max(v) / 1e3) for k, v in ph.items()}
 
