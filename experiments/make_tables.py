@@ -76,26 +76,26 @@ def kernels_jsonl(name):
 
 
 def bench_rows(ctx):
-    """format -> decode row of tq-bench at ctx (vLLM layout; each row names its device, and the line the commit
-    measured), and the SDPA time."""
-    rows, sdpa = {}, None
+    """format -> decode row of tq-bench at ctx (vLLM layout; each row names its device), the SDPA time, and the
+    commit the line measured (its "commit" key, or None)."""
+    rows, sdpa, commit = {}, None, None
     for j in kernels_jsonl("bench.jsonl"):
         if j["ctx"] != ctx:
             continue
+        commit = j.get("commit")
         for r in j["rows"]:
-            r = {**r, "commit": j.get("commit")}
             if r.get("layout") == "vllm" and "decode" in r:
                 rows[r["format"]] = r
     for j in kernels_jsonl("sdpa.jsonl"):
         if j["ctx"] == ctx:
             sdpa = j["median_ms"]
-    return rows, sdpa
+    return rows, sdpa, commit
 
 
 def headline():
     bits = {r["name"]: r["bits_per_value"] for r in json.load(open(os.path.join(RES, "formats_d128.json")))}
     quality = [(label, eval_rows(path)) for label, path in MODELS]
-    gpu, sdpa = bench_rows(32768)
+    gpu, sdpa, commit = bench_rows(32768)
     head = "| format | bits/value (d 128) | " + " | ".join(f"{lab}: ΔPPL, KLD" for lab, _ in quality)
     head += " | decode ms | % of copy | × our FP16 | × SDPA |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -114,7 +114,7 @@ def headline():
             cells += ["—"] * 4
         lines.append("| " + " | ".join(cells) + " |")
     any_row = next(iter(gpu.values()))
-    at = f" (main at {any_row['commit']})" if any_row["commit"] else ""
+    at = f" (main at {commit})" if commit else ""
     note = (f"Decode: one {any_row['device']}{at}, batch {any_row['batch']}, {any_row['q_heads']} query / {any_row['kv_heads']} KV "
             f"heads, head_dim {any_row['head_dim']}, 32K tokens each, vLLM page layout; our FP16 paged decode "
             f"{any_row['decode']['f16_median_ms']:.3f} ms, torch SDPA (fp16, cuDNN/flash) {sdpa:.3f} ms, device copy "
@@ -337,7 +337,7 @@ def op_line():
 def kernels_current():
     out = []
     for ctx in (4096, 32768):
-        gpu, sdpa = bench_rows(ctx)
+        gpu, sdpa, _ = bench_rows(ctx)
         if not gpu:
             continue
         out.append(f"**ctx {ctx}** (SDPA {sdpa:.4f} ms)\n")

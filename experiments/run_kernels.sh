@@ -266,7 +266,7 @@ if has trace; then
             > /tmp/trace_raw.txt 2>> "$OUT/errors.log" &&
             python3 "$ROOT/experiments/trace_summary.py" /tmp/trace_raw.txt --label "$f $shape ctx $ctx" >> "$OUT/trace.txt" ||
             { status=1; echo "trace $f $shape $ctx failed"; }
-          grep -E "^turboquant|^turbo" /tmp/trace_raw.txt | sed 's/^/  tq-bench (trace build): /' >> "$OUT/trace.txt"
+          grep "^turbo" /tmp/trace_raw.txt | sed 's/^/  tq-bench (trace build): /' >> "$OUT/trace.txt"
         done
       done
     done
