@@ -16,10 +16,11 @@ namespace {
 
 // The FWHT of each of TB blocks of 128 elements is block_fwht (decode_keys.cuh).
 
-// Packed kernels (G ≤ 4): the query heads' elements lane + 32k, fp16 as loaded, two heads per
-// register, all G heads' loads issued at kernel entry with the producer's block-table loads: one
-// global round trip before the prologue instead of one per head. G > 4: the prologue loads the
-// heads one ahead (query_frags); their lines are prefetched here instead (no registers).
+// Packed kernels (G ≤ 4) and KernelTraits::kRawRows (G ≤ 8 columns): the query heads' elements
+// lane + 32k, fp16 as loaded, two heads per register, all heads' loads issued at kernel entry with
+// the producer's block-table loads: one global round trip before the prologue instead of one per
+// head. Other G > 4 kernels: the prologue loads the heads one ahead (query_frags); their lines are
+// prefetched here instead (no registers).
 // q_row(g): head g's row; group(): the warp's query columns.
 template <class K, class QRow, class Group>
 __device__ __forceinline__ void query_prefetch(const DecodeArgs& a, const QRow& q_row, const Group& group, int lane,
@@ -27,9 +28,10 @@ __device__ __forceinline__ void query_prefetch(const DecodeArgs& a, const QRow& 
   using C = typename K::C;
   constexpr int D = K::D;
   constexpr bool kPacked = K::kPacked;
-  if constexpr (kPacked) {
+  if constexpr (kPacked || K::kRawRows) {
+    constexpr int kPairs = kPacked ? 2 : 4;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kPairs; ++i) {
       const __half* qrow = q_row(2 * i);
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) {
@@ -127,6 +129,22 @@ __device__ __forceinline__ void query_frags(const T& t, const QRow& q_row, const
       float y[D / 32];
 #pragma unroll
       for (int k = 0; k < D / 32; ++k) y[k] = s1_sign(k, __half2float(g & 1 ? qraw[g / 2][k].y : qraw[g / 2][k].x));
+      q_head(g, y);
+    }
+  } else if constexpr (K::kRawRows) {
+    // head g: half g & 1 of pair g / 2, picked with byte permutes (indexing qraw by g, or selects
+    // that nvcc folds into that, would put the array in local memory)
+    auto bits = [&](int i, int k) { return *reinterpret_cast<const uint32_t*>(&qraw[i][k]); };
+#pragma unroll 1
+    for (int g = 0; g < group(); ++g) {
+      const uint32_t pair = g & 2 ? 0x7654u : 0x3210u;                        // pair 1 of 0–1, 3 of 2–3
+      const uint32_t b0 = 4u * uint32_t(g >> 2) + 2u * uint32_t(g & 1), half = b0 | (b0 + 1u) << 4;  // → bits 0–15
+      float y[D / 32];
+#pragma unroll
+      for (int k = 0; k < D / 32; ++k) {
+        const uint32_t h = __byte_perm(__byte_perm(bits(0, k), bits(1, k), pair), __byte_perm(bits(2, k), bits(3, k), pair), half);
+        y[k] = s1_sign(k, __half2float(__ushort_as_half(uint16_t(h))));
+      }
       q_head(g, y);
     }
   } else {  // the next head's loads are issued before this head's work
