@@ -275,13 +275,15 @@ struct KernelTraits {
   // pairs' LUT addresses with run_lut_addrs
   static constexpr bool kKeyRuns = Q::kSqLut && Fmt::kKeyBits == 3 && D == 128 && !Planes;
 
-  // G > 4, one N-tile, d ≤ 128, compile-time kv heads, single query, not kKeyRuns: the warp's ≤ 8
-  // query heads' elements are loaded into registers at kernel entry as kPacked's 4 are (QRaw: 16 at
-  // d 128) instead of head after head in the prologue, each load waiting behind every CTA's ring fill
+  // G > 4, one N-tile, d ≤ 128, compile-time kv heads, single query: the warp's ≤ 8 query heads'
+  // elements are loaded into registers at kernel entry as kPacked's 4 are (QRaw: 16 at d 128)
+  // instead of head after head in the prologue, each load waiting behind every CTA's ring fill
   // (12.5–13.4 µs from entry to the query fragments at 16/2 and 32/4 on an H100, 4.4–5.2 at G 4).
-  // 4bit_nc, 32K, B 32 on an H100: 16/2 +3, 32/4 +2, 64/8 +1 points of copy bandwidth; 3-bit keys
-  // (kKeyRuns) gained nothing at 16/2 and 32/4 and lost 2–4 points at 64/8, so they keep the loads.
-  static constexpr bool kRawRows = !Packed && NTiles == 1 && D <= 128 && Heads > 0 && !Causal && !TensorMap && !kKeyRuns;
+  // 32K, B 32 on an H100: 4bit_nc 16/2 +3, 32/4 +2, 64/8 +1 points of copy bandwidth. 3-bit keys at
+  // d 128 (kKeyRuns, short of registers) only with ≤ 4 kv heads per CTA and the head loop unrolled
+  // (query_frags): 16/2 and 32/4 −2 … −3%; with 8 heads per CTA 3bit_nc lost 1–4%.
+  static constexpr bool kRawRows =
+      !Packed && NTiles == 1 && D <= 128 && Heads > 0 && !Causal && !TensorMap && (!kKeyRuns || Heads <= 4);
 
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
   // the score rows). Keys: lane (r, p) reads rows r and r + 8 at word 4p …; with a row stride of
