@@ -342,8 +342,8 @@ MultiQueryBench bench_multi_query(const KvFormat& f, const BenchShape& s, int q_
       }
     }
     Buf rt(rtab.size() * 4), rl(rlens.size() * 4);
-    TQ_CUDA_CHECK(cudaMemcpy(rt.p, rtab.data(), rtab.size() * 4, cudaMemcpyHostToDevice));
-    TQ_CUDA_CHECK(cudaMemcpy(rl.p, rlens.data(), rlens.size() * 4, cudaMemcpyHostToDevice));
+    rt.upload(rtab);
+    rl.upload(rlens);
     BenchShape rs = s;
     rs.batch = int(rlens.size());
     rs.seq_lens.clear();  // (the rows' lengths are rl's)
