@@ -275,15 +275,15 @@ struct KernelTraits {
   // pairs' LUT addresses with run_lut_addrs
   static constexpr bool kKeyRuns = Q::kSqLut && Fmt::kKeyBits == 3 && D == 128 && !Planes;
 
-  // G > 4, one N-tile, d ≤ 128, compile-time kv heads, single query: the warp's ≤ 8 query heads'
-  // elements are loaded into registers at kernel entry as kPacked's 4 are (QRaw: 16 at d 128)
+  // G > 4 (and the multi-query and two-tile kernels: 4 pairs per N-tile), d ≤ 128, compile-time kv heads: the warp's
+  // query heads' elements are loaded into registers at kernel entry as kPacked's 4 are (QRaw: 16 at d 128)
   // instead of head after head in the prologue, each load waiting behind every CTA's ring fill
   // (12.5–13.4 µs from entry to the query fragments at 16/2 and 32/4 on an H100, 4.4–5.2 at G 4).
   // 32K, B 32 on an H100: 4bit_nc 16/2 +3, 32/4 +2, 64/8 +1 points of copy bandwidth. 3-bit keys at
   // d 128 (kKeyRuns, short of registers) only with ≤ 4 kv heads per CTA and the head loop unrolled
-  // (query_frags): 16/2 and 32/4 −2 … −3%; with 8 heads per CTA 3bit_nc lost 1–4%.
-  static constexpr bool kRawRows =
-      !Packed && NTiles == 1 && D <= 128 && Heads > 0 && !Causal && !TensorMap && (!kKeyRuns || Heads <= 4);
+  // (query_frags): 16/2 and 32/4 −2 … −3%; with 8 heads per CTA 3bit_nc lost 1–4%. Multi-query and two-tile
+  // kernels: 32/8 q_len 2–16 and 128/8 single-query mostly −0.2 … −2%, none slower beyond noise.
+  static constexpr bool kRawRows = !Packed && D <= 128 && Heads > 0 && !TensorMap && (!kKeyRuns || Heads <= 4);
 
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
   // the score rows). Keys: lane (r, p) reads rows r and r + 8 at word 4p …; with a row stride of
@@ -330,7 +330,7 @@ struct KernelTraits {
   // The per-warp register arrays of the kernel (turbo4-qjl's sign term arrays have extent 1 otherwise).
   static constexpr bool kQjl = Q::kQjl;
   // kPacked: the query heads' elements lane + 32k as loaded, two heads each (kRawRows: heads 2i, 2i + 1 in [i])
-  using QRaw = __half2[kPacked ? 2 : kRawRows ? 4 : 1][D / 32];
+  using QRaw = __half2[kPacked ? 2 : kRawRows ? 4 * NTiles : 1][D / 32];
   using QFrags = uint32_t[kQSets][Q::kKSteps][2];                   // query fragments [hi/lo set][k-step][b0/b1]
   using QjlFrags = uint32_t[kQjl ? kQSets : 1][kQjl ? Q::kKSteps : 1][2];  // of q″ = R q′
   using Scores = float[Q::kTB][2][kQSets][4];                      // [turbo block][half][hi/lo set][row/column]

@@ -181,7 +181,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     auto tile_row = [&](int g) { return q_row(8 * n + g); };
     auto tile_cols = [&] { return tile_group(n); };
     // (a launch's last tile may have no columns: its rows would lie past the launch's, even past q)
-    if (n == 0 || tile_group(n) > 0) query_frags<K>(t, tile_row, tile_cols, qraw, lane, r, p, qbuf, qf[n], q2f);
+    if (n == 0 || tile_group(n) > 0) query_frags<K>(t, tile_row, tile_cols, qraw, n, lane, r, p, qbuf, qf[n], q2f);
   }
 
   // score → log2-domain logit (LogitConsts)

@@ -29,7 +29,7 @@ __device__ __forceinline__ void query_prefetch(const DecodeArgs& a, const QRow& 
   constexpr int D = K::D;
   constexpr bool kPacked = K::kPacked;
   if constexpr (kPacked || K::kRawRows) {
-    constexpr int kPairs = kPacked ? 2 : 4;
+    constexpr int kPairs = kPacked ? 2 : 4 * K::kNTiles;
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
       const __half* qrow = q_row(2 * i);
@@ -58,7 +58,7 @@ __device__ __forceinline__ void query_prefetch(const DecodeArgs& a, const QRow& 
 // (KernelTraits::kKeyRuns): lane p's fragments follow its own run of 32 dims.
 template <class K, class T, class QRow, class Group>
 __device__ __forceinline__ void query_frags(const T& t, const QRow& q_row, const Group& group,
-                                            const typename K::QRaw& qraw, int lane, int r, int p, float* qbuf,
+                                            const typename K::QRaw& qraw, int n, int lane, int r, int p, float* qbuf,
                                             typename K::QFrags& qf, typename K::QjlFrags& q2f) {
   using C = typename K::C;
   using Q = typename K::Q;
@@ -134,7 +134,7 @@ __device__ __forceinline__ void query_frags(const T& t, const QRow& q_row, const
   } else if constexpr (K::kRawRows) {
     // head g: half g & 1 of pair g / 2, picked with byte permutes (indexing qraw by g, or selects
     // that nvcc folds into that, would put the array in local memory)
-    auto bits = [&](int i, int k) { return *reinterpret_cast<const uint32_t*>(&qraw[i][k]); };
+    auto bits = [&](int i, int k) { return *reinterpret_cast<const uint32_t*>(&qraw[4 * n + i][k]); };  // N-tile n's pairs
     auto raw_head = [&](int g) {
       const uint32_t pair = g & 2 ? 0x7654u : 0x3210u;                        // pair 1 of 0–1, 3 of 2–3
       const uint32_t b0 = 4u * uint32_t(g >> 2) + 2u * uint32_t(g & 1), half = b0 | (b0 + 1u) << 4;  // → bits 0–15
