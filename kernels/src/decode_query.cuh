@@ -16,7 +16,7 @@ namespace {
 
 // The FWHT of each of TB blocks of 128 elements is block_fwht (decode_keys.cuh).
 
-// Packed kernels (G ≤ 4) and KernelTraits::kRawRows (G ≤ 8 columns): the query heads' elements
+// Packed kernels (G ≤ 4) and KernelTraits::kRawRows (≤ 8 columns per N-tile): the query heads' elements
 // lane + 32k, fp16 as loaded, two heads per register, all heads' loads issued at kernel entry with
 // the producer's block-table loads: one global round trip before the prologue instead of one per
 // head. Other G > 4 kernels: the prologue loads the heads one ahead (query_frags); their lines are
