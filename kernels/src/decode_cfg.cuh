@@ -275,14 +275,11 @@ struct KernelTraits {
   // pairs' LUT addresses with run_lut_addrs
   static constexpr bool kKeyRuns = Q::kSqLut && Fmt::kKeyBits == 3 && D == 128 && !Planes;
 
-  // G > 4 (and the multi-query and two-tile kernels: 4 pairs per N-tile), d ≤ 128, compile-time kv heads: the warp's
-  // query heads' elements are loaded into registers at kernel entry as kPacked's 4 are (QRaw: 16 at d 128)
-  // instead of head after head in the prologue, each load waiting behind every CTA's ring fill
-  // (12.5–13.4 µs from entry to the query fragments at 16/2 and 32/4 on an H100, 4.4–5.2 at G 4).
-  // 32K, B 32 on an H100: 4bit_nc 16/2 +3, 32/4 +2, 64/8 +1 points of copy bandwidth. 3-bit keys at
-  // d 128 (kKeyRuns, short of registers) only with ≤ 4 kv heads per CTA and the head loop unrolled
-  // (query_frags): 16/2 and 32/4 −2 … −3%; with 8 heads per CTA 3bit_nc lost 1–4%. Multi-query and two-tile
-  // kernels: 32/8 q_len 2–16 and 128/8 single-query mostly −0.2 … −2%, none slower beyond noise.
+  // Compile-time kv heads, d ≤ 128, not packed (G > 4, and every multi-query and two-tile kernel): the warp's query
+  // rows (4 pairs of heads per N-tile, QRaw) are loaded into registers at kernel entry as kPacked's are, instead of
+  // head after head in the prologue, where each load waited behind every CTA's ring fill (4bit_nc at 16/2, 32K,
+  // B 32 on an H100: prologue 12.9 → 7.6 µs, 76.8 → 79.6% of copy). 3-bit keys at d 128 (kKeyRuns, short of
+  // registers) only with ≤ 4 kv heads per CTA and the head loop unrolled (query_frags); with 8, 3bit_nc lost 1–4%.
   static constexpr bool kRawRows = !Packed && D <= 128 && Heads > 0 && !TensorMap && (!kKeyRuns || Heads <= 4);
 
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following
