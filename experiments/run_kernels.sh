@@ -12,7 +12,8 @@
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
-#        TEST_FILTER (test: a Catch2 test spec, e.g. "[multi]"; default the whole suite),
+#        TEST_FILTER (test: a Catch2 test spec, e.g. "[multi]"; default the whole suite), TEST_SHARDS (test: processes the
+#        test cases are dealt over, 5),
 #        PROFILE_FORMATS (profile: formats whose decode Nsight Compute profiles; turboquant_4bit_nc),
 #        PROFILE_SHAPE (profile: tq-bench shape flags; default $SHAPE: B 32, 32/8, d 128), PROFILE_KERNEL
 #        (profile: kernel-name regex; decode_kernel),
@@ -98,10 +99,29 @@ if has build; then
 fi
 
 if has test; then
+  # The test cases (TEST_FILTER's, or all) dealt round-robin over TEST_SHARDS processes on the one GPU: most of a
+  # case's time is its float64 reference on the CPU, so on a 16-core H100 machine 5 shards ran the whole suite in
+  # 209 s, where one process took 361 s and more. The names go to Catch2's -f with , [ ] " \ escaped.
   t0=$(date +%s)
-  timeout 450 "$BUILD/tests/gpu/tq_gpu_tests" --durations yes ${TEST_FILTER:+"$TEST_FILTER"} > "$OUT/tests.log" 2>&1
-  rc=$?
-  echo "gpu tests: exit $rc in $(( $(date +%s) - t0 )) s: $(grep -E '^(All tests passed|test cases:)' "$OUT/tests.log" | tail -1)"
+  T=$BUILD/tests/gpu/tq_gpu_tests SH=/tmp/tq_test_shards
+  rm -rf "$SH" && mkdir -p "$SH"
+  "$T" --list-test-names-only ${TEST_FILTER:+"$TEST_FILTER"} | grep -v -e '^$' -e '^tq_gpu_tests: ' |
+    sed 's/\([],["\\]\)/\\\1/g' > "$SH/names"
+  split -n "r/${TEST_SHARDS:-5}" "$SH/names" "$SH/shard_"
+  pids=()
+  for s in "$SH"/shard_*; do
+    [ -s "$s" ] || continue
+    timeout 450 "$T" -f "$s" --durations yes > "$s.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  : > "$OUT/tests.log"
+  for s in "$SH"/shard_*.log; do { echo "==== shard $(basename "$s" .log)"; cat "$s"; } >> "$OUT/tests.log"; done
+  [ -s "$SH/names" ] || { rc=1; echo "gpu tests: tq_gpu_tests listed no test cases"; }
+  grep -h "No test cases matched" "$SH"/shard_*.log && rc=1  # a name the escaping missed: that case did not run
+  echo "gpu tests: exit $rc in $(( $(date +%s) - t0 )) s, $(wc -l < "$SH/names") test cases in ${#pids[@]} shards:"
+  grep -hE '^(All tests passed|test cases:)' "$SH"/shard_*.log | sed 's/^/  /'
   [ $rc -eq 0 ] || { status=1; grep -B5 -A25 -m3 "FAILED" "$OUT/tests.log" | head -120; }
   # the CMake package: installed into a scratch prefix, tests/cmake_consumer built against it and run (its GPU part:
   # store_kv + plan_decode + paged_decode against float64 attention)
