@@ -139,6 +139,28 @@ std::vector<Symbol> utf8_symbols(const std::string& s) {
   return sym;
 }
 
+// The merge loop both BPE variants share: every neighbouring pair is offered to try_add(l, r), which queues
+// the pairs it knows (a Bigram with left, right, size and the variant's priority); then the best queued pair
+// merges, its new neighbours are offered, and so on until the queue is empty. A popped pair is stale when
+// either symbol has merged into another since it was queued.
+template <class Queue, class TryAdd>
+void merge_symbols(std::vector<Symbol>& sym, Queue& queue, const TryAdd& try_add) {
+  for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
+  while (!queue.empty()) {
+    const auto b = queue.top();
+    queue.pop();
+    Symbol& l = sym[b.left];
+    Symbol& r = sym[b.right];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size || l.next != b.right) continue;  // stale
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+}
+
 }  // namespace
 
 void append_utf8(std::string& s, uint32_t cp) {
@@ -333,20 +355,7 @@ void Tokenizer::Impl::bpe_word(const std::string& word, std::vector<int32_t>& ou
     auto it = merge_rank.find(key);
     if (it != merge_rank.end()) queue.push({l, r, it->second, sym[l].n + sym[r].n});
   };
-  for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = sym[b.left];
-    Symbol& r = sym[b.right];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size || l.next != b.right) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
+  merge_symbols(sym, queue, try_add);
   for (int i = 0; i >= 0; i = sym[i].next) {
     const std::string s = word.substr(sym[i].off, sym[i].n);
     auto it = all_ids.find(s);
@@ -405,20 +414,7 @@ void Tokenizer::Impl::encode_spm(const std::string& raw, std::vector<int32_t>& o
     if (it == merge_ids.end()) return;
     queue.push({l, r, scores[it->second], key.size()});
   };
-  for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = sym[b.left];
-    Symbol& r = sym[b.right];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size || l.next != b.right) continue;
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
+  merge_symbols(sym, queue, try_add);
   // Every merge produces a token, so a symbol is either a token or a single
   // character that is not one: that becomes byte tokens (<0xXX>). (llama.cpp's
   // resegmentation through recorded merges never triggers for the same reason.)
