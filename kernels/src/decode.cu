@@ -333,6 +333,9 @@ struct ColumnChunks {
 __global__ void mq_reorder_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int dir, int bf16, int q_len,
                                   int n_q_heads, int group, int head_dim, int64_t s_b, int64_t s_t, int64_t s_h,
                                   const int32_t* __restrict__ q_start, int64_t q_rows) {
+  // stage 1, a programmatic dependent of this kernel, may launch once every CTA of it has started: its
+  // CTAs wait for this grid to complete before reading the rows
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const int row = blockIdx.x, h = row % n_q_heads, j = row / n_q_heads % q_len, b = row / (n_q_heads * q_len);
   const int kvh = h / group, g = h % group;
   const int64_t vrow = int64_t(b) * n_q_heads * q_len + int64_t(kvh) * q_len * group + int64_t(j) * group + g;
@@ -533,6 +536,9 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     t.qs2[w] = f.qjl_s2[w];
   }
   MultiQuery mq = multi_query(p_in, cache.n_kv_heads);  // (the launches' columns set below, for the merge)
+  // the stage-1 launches: programmatic dependents where the kernel before them is the decode's own (the gather,
+  // the previous column or slice launch; decode_body waits before reading the staged queries)
+  bool pdl = sq.staged;
   dispatch_decode_format(f, [&](auto cfg) {
     using C = decltype(cfg);
     using Q = QCfg<C>;
@@ -568,32 +574,35 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
         MultiQuery m = mq;
         m.col0 = c0;
         decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
-                                plan.smem_bytes, stream);
+                                plan.smem_bytes, stream, pdl);
+        pdl = true;
       });
     } else if (plan.column_tiles == 2) {  // 8 < G ≤ 16 in one launch, each warp both 8-column tiles (a.group = G)
       if (!two_query_slices(a.group) || column_tiles<C>(plan.heads_per_cta, a.group, planes) != 2 ||
           plan.threads != 32 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       const DecodeKernelSel sel{false, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::one, false, false, 2};
-      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
+      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream, pdl);
     } else if (plan.query_slices == 2) {  // both slices of 8 < G ≤ 16 in one launch (a.group = G)
       // (the planner's own test, dual_slices_fit, and its thread count)
       if (!dual_slices_fit(a.group, plan.heads_per_cta, Q::kCtaWarps, planes) ||
           plan.threads != 2 * 32 * plan.heads_per_cta * plan.warps_per_head)
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       const DecodeKernelSel sel{planes, a.group, plan.heads_per_cta, plan.warps_per_head, QuerySlicing::both, false};
-      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
+      decode_kernel_launch<C>(sel, a, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream, pdl);
     } else {
       for_each_query_slice(a, f.head_dim, [&](const DecodeArgs& s, bool sliced) {  // one launch unless G > 8
         const DecodeKernelSel sel{planes, s.group, plan.heads_per_cta, plan.warps_per_head,
                                   sliced ? QuerySlicing::one : QuerySlicing::whole, tm, false, 1, a.merge != 0};
-        decode_kernel_launch<C>(sel, s, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream);
+        decode_kernel_launch<C>(sel, s, t, MultiQuery{}, cache.data, &map, grid, plan.threads, plan.smem_bytes, stream, pdl);
+        pdl = true;
       });
     }
   });
   if (plan.parts > 1)
-    launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, mq, stream);
-  sq.scatter(stream);
+    launch_decode_merge(a, p.blocks.batch, f.head_dim, kSub * plan.warps_per_head, plan.balance_slots, mq, stream,
+                        sq.merge_rows(plan));
+  sq.scatter(plan, stream);
 }
 
 }  // namespace tq::cuda

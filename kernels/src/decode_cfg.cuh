@@ -74,13 +74,14 @@ struct CausalTables : T {
 // Per format C (a FormatCfg), defined in decode_kernel.cuh and explicitly instantiated in
 // the generated decode_<format>.cu: the selected kernel's resident CTAs per SM for `threads` threads and
 // `smem_bytes` of dynamic shared memory (after setting its dynamic shared-memory limit), and
-// its launch. t: every kernel takes its TablesFor<C> part.
+// its launch. t: every kernel takes its TablesFor<C> part. pdl: a programmatic dependent launch (the
+// previous kernel on the stream is one of the decode's own: launch_programmatic).
 template <class C>
 int decode_kernel_occupancy(const DecodeKernelSel& sel, int threads, int smem_bytes);
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
                           const MultiQuery& mq, const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads,
-                          int smem_bytes, cudaStream_t stream);
+                          int smem_bytes, cudaStream_t stream, bool pdl);
 
 namespace {
 

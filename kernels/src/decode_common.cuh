@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "tq/cuda/check.h"
 #include "tq/cuda/decode.h"
 
 namespace tq::cuda {
@@ -440,26 +441,54 @@ struct MultiQuery {
     return c < wide ? c - c % (chunk + 1) : c - (c - wide) % chunk;
   }
 };
+// The caller's output rows of a multi-query decode (DecodeParams::out and its strides; q_start's rows lie in
+// [0, rows)), which the merge writes straight into (out null: the merge writes DecodeArgs::out).
+struct UserRows {
+  void* out = nullptr;
+  int64_t sb = 0, st = 0, sh = 0, rows = 0;
+};
 // A decode's MultiQuery from column 0 (q_len 1: the default, which no single-query kernel or merge reads).
 inline MultiQuery multi_query(const DecodeParams& p, int n_kv_heads) {
   return p.q_len > 1 ? MultiQuery{p.q_len, p.n_q_heads / n_kv_heads, 0, p.q_start} : MultiQuery{};
+}
+
+// kern<<<grid, block, smem, stream>>>(args…), as a programmatic dependent launch where pdl is set: its
+// CTAs may start once every CTA of the previous kernel on the stream has signalled
+// (griddepcontrol.launch_dependents) or exited, and must wait (griddepcontrol.wait) before reading what
+// that kernel wrote. The decode sets pdl only where that kernel is one of its own.
+template <class... P, class... A>
+void launch_programmatic(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                         const A&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, P(args)...));
 }
 
 // Stage 2: out[b, h, :] = Σ_parts 2^(lse_i − max) o_i / Σ 2^(lse_i − max); parts
 // with lse = −inf (empty ranges) are skipped; a sequence with no tokens gives 0.
 // tile, balance: the dealing of stage 1 (tokens per tile, DecodePlan::balance_slots), which the merge
 // repeats for its rows (dev::seq_items_of); tile 0: stage 1 wrote them to a.seq_items (FP16 decode).
-// mq: a multi-query decode's (its q_start's padding rows are skipped; default: every row merged).
+// mq: a multi-query decode's (its q_start's padding rows are skipped; default: every row merged); user:
+// where it writes the rows (StagedQueries::merge_rows; default: a.out).
 void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, const MultiQuery& mq,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const UserRows& user = {});
 
 // ---- Multi-query decode (DecodeParams::q_len > 1) ----
 // The q_len · G query rows of a kv head become the columns of one launch ("virtual query heads",
 // column c = j·G + g: query j, head g of the group), so the kernel's GQA machinery reads each page
 // once for all of them; the causal kernels (MultiQuery) mask each column at its own limit. The
-// queries are first gathered into column order [batch, n_kv_heads · q_len · G, head_dim] and the
-// outputs scattered back (two small kernels: 2 · q_len · n_q_heads · head_dim · 2 bytes per
-// sequence each way, against the cache's megabytes).
+// queries are first gathered into column order [batch, n_kv_heads · q_len · G, head_dim] (a small
+// kernel: 2 · q_len · n_q_heads · head_dim · 2 bytes per sequence, against the cache's megabytes);
+// the merge writes the outputs to the caller's rows (UserRows), or, where stage 1 writes them (one
+// part per sequence), a second such kernel scatters them back.
 // bf16 queries (DecodeParams::dtype) take the same gather with q_len 1 (the order stays), converted
 // to the fp16 the kernels read: exact for every bf16 value of magnitude 2^-17 … 65280 (and 0), smaller
 // ones round to fp16 subnormals (≤ 2^-25 off), larger ones become ±inf. (Reading bf16 in the kernels
@@ -512,8 +541,14 @@ struct StagedQueries {
       launch_mq_reorder(in.query, mq, 0, in, n_kv_heads, head_dim, in.q_stride_batch, in.q_stride_token,
                         in.q_stride_head, stream);
   }
-  void scatter(cudaStream_t stream) const {
-    if (in.q_len > 1)
+  // q_len > 1: the rows the merge writes (the caller's), where the plan has one (parts > 1); else none
+  UserRows merge_rows(const DecodePlan& plan) const {
+    if (in.q_len <= 1 || plan.parts <= 1) return {};
+    return {in.out, in.o_stride_batch, in.o_stride_token, in.o_stride_head, in.q_rows};
+  }
+  // the column-order outputs back to the caller's rows, where stage 1 wrote them (no merge_rows)
+  void scatter(const DecodePlan& plan, cudaStream_t stream) const {
+    if (in.q_len > 1 && !merge_rows(plan).out)
       launch_mq_reorder(mq + ml.piece, in.out, 1, in, n_kv_heads, head_dim, in.o_stride_batch, in.o_stride_token,
                         in.o_stride_head, stream);
   }

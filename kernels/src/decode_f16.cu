@@ -342,8 +342,8 @@ void paged_decode_f16(const PagedCacheF16& cache, const DecodeParams& p_in, cons
     });
   });
   if (plan.parts > 1)  // (tile 0: stage 1 wrote seq_items)
-    launch_decode_merge(a, p.blocks.batch, D, 0, 0, multi_query(p_in, cache.n_kv_heads), stream);
-  sq.scatter(stream);
+    launch_decode_merge(a, p.blocks.batch, D, 0, 0, multi_query(p_in, cache.n_kv_heads), stream, sq.merge_rows(plan));
+  sq.scatter(plan, stream);
 }
 
 }  // namespace tq::cuda

@@ -101,9 +101,21 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const dev::WorkItem wi = t.balance > 0
                                ? dev::work_item_balanced(a.seq_lens, a.batch, a.items, tile, item, t.balance, qcut)
                                : dev::work_item(a.seq_lens, a.batch, a.items, tile, item, qcut);
-  if (wi.b < 0) return;  // an unused item (the lengths fit in fewer)
+  // A launch that follows one of the decode's own kernels (the query gather, the previous column or
+  // query-slice launch) is their programmatic dependent (decode_kernel_launch's pdl): its CTAs start
+  // while that kernel drains and wait here before the first read of anything it wrote (the staged
+  // queries, at query_prefetch); what is read before (sequence lengths, block table) is the caller's.
+  // A CTA that leaves early waits too, so that this grid completes only after that kernel: the merge,
+  // which waits for the last launch, then sees every launch's parts. Not launched so, the wait returns
+  // at once.
+  auto wait_prior = [] { asm volatile("griddepcontrol.wait;" ::: "memory"); };
+  bool empty = wi.b < 0;  // an unused item (the lengths fit in fewer)
   if constexpr (K::kCausal) {  // every column of this launch past sequence wi.b's queries (q_start): nothing to compute
-    if (t.mq.q_start && t.mq.col0 / t.mq.group >= dev::query_count(t.mq.q_start, wi.b, t.mq.q_len)) return;
+    empty = empty || (t.mq.q_start && t.mq.col0 / t.mq.group >= dev::query_count(t.mq.q_start, wi.b, t.mq.q_len));
+  }
+  if (empty) {
+    wait_prior();
+    return;
   }
   const int b = wi.b;
   __shared__ int s_row;  // the parts' item row (wi.row), read back at the write-out
@@ -147,6 +159,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int fill_pages = warp < n_prod ? ring.load_pages(0, fill_tiles * hw) : 0;  // tiles 0 … fill_tiles − 1
   int next_pages = 0;
   auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<K::kSliced>(a, kvh, g0 + g)) * a.q_sh; };
+  wait_prior();  // (see wait_prior)
   typename K::QRaw qraw;
   query_prefetch<K>(a, q_row, group, lane, ws, qraw);
 
@@ -526,24 +539,21 @@ struct KernelTables<void (*)(DecodeArgs, T, const uint8_t*)> {
 template <class C>
 void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const DecodeTablesQjl& t,
                           const MultiQuery& mq, const uint8_t* cache, const CUtensorMap* map, dim3 grid, int threads,
-                          int smem_bytes, cudaStream_t stream) {
+                          int smem_bytes, cudaStream_t stream, bool pdl) {
   with_kernel<C>(sel, [&](auto kern) {
     TQ_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     using Tables = typename KernelTables<decltype(kern)>::type;
+    Tables tt{};
     if constexpr (std::is_same_v<Tables, CausalTables<TablesFor<C>>>) {
-      Tables tt{};
       static_cast<TablesFor<C>&>(tt) = static_cast<const TablesFor<C>&>(t);
       tt.mq = mq;
-      kern<<<grid, threads, smem_bytes, stream>>>(a, tt, cache);
     } else if constexpr (std::is_same_v<Tables, DecodeTablesTm>) {
-      DecodeTablesTm tt{};
       static_cast<DecodeTables&>(tt) = t;
       tt.map = *map;
-      kern<<<grid, threads, smem_bytes, stream>>>(a, tt, cache);
     } else {
-      kern<<<grid, threads, smem_bytes, stream>>>(a, static_cast<const TablesFor<C>&>(t), cache);
+      tt = static_cast<const TablesFor<C>&>(t);
     }
-    TQ_CUDA_CHECK(cudaGetLastError());
+    launch_programmatic(kern, grid, dim3(unsigned(threads)), size_t(smem_bytes), stream, pdl, a, tt, cache);
   });
 }
 
@@ -556,7 +566,7 @@ void decode_kernel_launch(const DecodeKernelSel& sel, const DecodeArgs& a, const
       const tq::cuda::DecodeKernelSel&, int, int);                                                          \
   template void tq::cuda::decode_kernel_launch<tq::cuda::FormatCfg<KK, KB, VK, VB, D>>(                    \
       const tq::cuda::DecodeKernelSel&, const tq::cuda::DecodeArgs&, const tq::cuda::DecodeTablesQjl&,     \
-      const tq::cuda::MultiQuery&, const uint8_t*, const CUtensorMap*, dim3, int, int, cudaStream_t);
+      const tq::cuda::MultiQuery&, const uint8_t*, const CUtensorMap*, dim3, int, int, cudaStream_t, bool);
 #define TQ_DECODE_INSTANTIATE(KK, KB, VK, VB)   \
   TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, 64)  \
   TQ_DECODE_INSTANTIATE_D(KK, KB, VK, VB, 128) \

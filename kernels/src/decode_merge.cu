@@ -26,7 +26,7 @@ namespace {
 // bytes.)
 constexpr int kMergeThreads = 512;
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int head_dim, int tile, int balance,
-                                                              MultiQuery mq) {
+                                                              MultiQuery mq, UserRows user) {
   extern __shared__ float wgt[];  // [a.parts] weights, then P partial sums [P][head_dim + 1] (den last)
   __shared__ float wmax[32];
   const int b = blockIdx.y, h = blockIdx.x, x = threadIdx.x, y = threadIdx.y, P = blockDim.y;
@@ -113,33 +113,37 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
       den += red[k * (head_dim + 1) + head_dim];
     }
   }
-  *reinterpret_cast<uint32_t*>(a.out + int64_t(b) * a.o_sb + int64_t(h) * a.o_sh + d) =
-      den > 0.f ? dev::act_pack2(n0 / den, n1 / den, a.bf16 != 0) : 0u;
+  // row h of sequence b: virtual head h = (kv head, query j, head g of the group) of a multi-query decode's
+  // caller rows (user.out: query j of sequence b, head kvh·G + g), else a.out's row
+  int64_t at = int64_t(b) * a.o_sb + int64_t(h) * a.o_sh;
+  uint8_t* out = reinterpret_cast<uint8_t*>(a.out);
+  if (user.out) {
+    const int cols = mq.q_len * mq.group, c = h % cols, j = c / mq.group;
+    const int64_t head = int64_t(h / cols) * mq.group + c % mq.group;
+    const int64_t row = mq.q_start ? int64_t(mq.q_start[b]) + j : -1;
+    if (mq.q_start && (row < 0 || row >= user.rows)) return;
+    at = (mq.q_start ? row * user.st : int64_t(b) * user.sb + int64_t(j) * user.st) + head * user.sh;
+    out = static_cast<uint8_t*>(user.out);
+  }
+  *reinterpret_cast<uint32_t*>(out + 2 * (at + d)) = den > 0.f ? dev::act_pack2(n0 / den, n1 / den, a.bf16 != 0) : 0u;
 }
 
 }  // namespace
 
 void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile, int balance, const MultiQuery& mq,
-                         cudaStream_t stream) {
-  // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
-  // kernel does not signal, so there the merge launches when stage 1 exits, as before)
-  cudaLaunchConfig_t cfg{};
+                         cudaStream_t stream, const UserRows& user) {
   // P = blockDim.y threads per dim pair split the parts, ≥ 8 parts each, ≤ kMergeThreads threads (the
   // common 4–8 parts: P = 1, one thread per pair). P follows an average sequence's parts, not
   // a.parts (the bound for the longest): sized for that bound, every (sequence, head) CTA of
   // a B = 32 merge took 768–1024 threads and the merge ran in several waves.
   const int avg = std::max(1, a.items * a.part_warps / batch);
   const int pairs = head_dim / 2, P = std::max(1, std::min(kMergeThreads / pairs, avg / 8));
-  cfg.gridDim = dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch));  // every query head
-  cfg.blockDim = dim3(unsigned(pairs), unsigned(P));
-  cfg.dynamicSmemBytes = (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  TQ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, merge_kernel, a, head_dim, tile, balance, mq));
+  // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
+  // kernel does not signal, so there the merge launches when stage 1 exits, as before)
+  launch_programmatic(merge_kernel, dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch)),  // every query head
+                      dim3(unsigned(pairs), unsigned(P)),
+                      (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float), stream, true, a, head_dim,
+                      tile, balance, mq, user);
 }
 
 }  // namespace tq::cuda
