@@ -13,7 +13,9 @@
 # Then every variant's tq-bench runs AB_REPS times (default 2), interleaved, for
 # AB_FORMATS (default turboquant_4bit_nc turboquant_k3v4_nc) at AB_CTX (default 32768) and
 # AB_SHAPES (query heads,kv heads pairs; default 32,8) and AB_DIMS (head dims, default 128), batch AB_BATCH
-# (default 32; named in each line, e.g. "32,8 B1", where it is not 32), block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none"); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
+# (default 32; named in each line, e.g. "32,8 B1", where it is not 32), block 16 (AB_ARGS: more tq-bench arguments, e.g. "--dequant none";
+# AB_TAG: a word each line carries after the shape, e.g. bf16 beside AB_ARGS="--dtype bf16", so that passes with other
+# arguments stay apart in ab.txt); one line per (variant, shape, head dim, ctx, format): decode ms, % of copy, also
 # appended to $OUT/ab.txt as it comes (a device call cut by its time limit still returns the
 # lines measured so far). AB_QLEN (e.g. "4,16"): the multi-query table of tq-bench --q-len instead
 # (fused, one single-query decode and q_len of them, per format and q_len), each line prefixed by
@@ -46,6 +48,7 @@ fi
 B=${AB_BATCH:-32}
 SHAPE="--batch $B --block-size 16 ${AB_ARGS:-}"
 BL=""; [ "$B" != 32 ] && BL=" B$B"  # the batch in each line where it is not 32
+BL="$BL${AB_TAG:+ $AB_TAG}"           # and AB_TAG, where set (e.g. bf16 for AB_ARGS="--dtype bf16")
 FORMATS=$(for f in ${AB_FORMATS:-turboquant_4bit_nc turboquant_k3v4_nc}; do printf -- '--format %s ' "$f"; done)
 for rep in $(seq "${AB_REPS:-2}"); do
   for v in $VARS C; do
