@@ -339,16 +339,12 @@ __global__ void mq_reorder_kernel(const __half* __restrict__ src, __half* __rest
   const int row = blockIdx.x, h = row % n_q_heads, j = row / n_q_heads % q_len, b = row / (n_q_heads * q_len);
   const int kvh = h / group, g = h % group;
   const int64_t vrow = int64_t(b) * n_q_heads * q_len + int64_t(kvh) * q_len * group + int64_t(j) * group + g;
-  int64_t user = int64_t(b) * s_b + int64_t(j) * s_t + int64_t(h) * s_h;
-  if (q_start && q_len > 1) {
-    const int64_t urow = int64_t(q_start[b]) + j;
-    if (j >= dev::query_count(q_start, b, q_len) || urow < 0 || urow >= q_rows) {  // no query here
-      if (dir == 0)
-        for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x))
-          *reinterpret_cast<uint32_t*>(dst + vrow * head_dim + x) = 0u;
-      return;
-    }
-    user = urow * s_t + int64_t(h) * s_h;
+  const int64_t user = dev::caller_row(q_len > 1 ? q_start : nullptr, q_rows, b, j, h, s_b, s_t, s_h);
+  if (q_start && q_len > 1 && (j >= dev::query_count(q_start, b, q_len) || user < 0)) {  // no query here
+    if (dir == 0)
+      for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x))
+        *reinterpret_cast<uint32_t*>(dst + vrow * head_dim + x) = 0u;
+    return;
   }
   const int64_t from = dir == 0 ? user : vrow * head_dim, to = dir == 0 ? vrow * head_dim : user;
   for (int x = 2 * int(threadIdx.x); x < head_dim; x += 2 * int(blockDim.x)) {

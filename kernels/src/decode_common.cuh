@@ -96,6 +96,15 @@ __device__ __forceinline__ int query_count(const int32_t* q_start, int b, int q_
   return int(n < 1 ? 1 : n > q_len ? q_len : n);
 }
 
+// The element offset of query j of sequence b, head `head`, in the caller's query or output rows (strides sb,
+// st, sh; with q_start, row q_start[b] + j, whose sb is unused): −1 where that row lies outside [0, rows).
+__device__ __forceinline__ int64_t caller_row(const int32_t* q_start, int64_t rows, int b, int j, int64_t head,
+                                              int64_t sb, int64_t st, int64_t sh) {
+  if (!q_start) return int64_t(b) * sb + int64_t(j) * st + head * sh;
+  const int64_t row = int64_t(q_start[b]) + j;
+  return row < 0 || row >= rows ? -1 : row * st + head * sh;
+}
+
 // ---- Work items: which tokens of which sequence a CTA reads ----
 // The grid has n_items ≥ batch CTAs per head group. Sequence b's t_b = ceil(len_b / tile)
 // tiles are cut into count_b = max(1, ceil(t_b / L)) chunks of L tiles (the last one

@@ -159,7 +159,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int fill_pages = warp < n_prod ? ring.load_pages(0, fill_tiles * hw) : 0;  // tiles 0 … fill_tiles − 1
   int next_pages = 0;
   auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<K::kSliced>(a, kvh, g0 + g)) * a.q_sh; };
-  wait_prior();  // (see wait_prior)
+  wait_prior();  // the staged queries are read from here on
   typename K::QRaw qraw;
   query_prefetch<K>(a, q_row, group, lane, ws, qraw);
 

@@ -118,11 +118,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   int64_t at = int64_t(b) * a.o_sb + int64_t(h) * a.o_sh;
   uint8_t* out = reinterpret_cast<uint8_t*>(a.out);
   if (user.out) {
-    const int cols = mq.q_len * mq.group, c = h % cols, j = c / mq.group;
-    const int64_t head = int64_t(h / cols) * mq.group + c % mq.group;
-    const int64_t row = mq.q_start ? int64_t(mq.q_start[b]) + j : -1;
-    if (mq.q_start && (row < 0 || row >= user.rows)) return;
-    at = (mq.q_start ? row * user.st : int64_t(b) * user.sb + int64_t(j) * user.st) + head * user.sh;
+    const int cols = mq.q_len * mq.group, c = h % cols;
+    at = dev::caller_row(mq.q_start, user.rows, b, c / mq.group, int64_t(h / cols) * mq.group + c % mq.group, user.sb,
+                         user.st, user.sh);
+    if (at < 0) return;
     out = static_cast<uint8_t*>(user.out);
   }
   *reinterpret_cast<uint32_t*>(out + 2 * (at + d)) = den > 0.f ? dev::act_pack2(n0 / den, n1 / den, a.bf16 != 0) : 0u;
