@@ -116,15 +116,15 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   // row h of sequence b: virtual head h = (kv head, query j, head g of the group) of a multi-query decode's
   // caller rows (user.out: query j of sequence b, head kvh·G + g), else a.out's row
   int64_t at = int64_t(b) * a.o_sb + int64_t(h) * a.o_sh;
-  uint8_t* out = reinterpret_cast<uint8_t*>(a.out);
+  __half* out = a.out;  // (fp16, or bf16 bits: 2-byte elements either way)
   if (user.out) {
     const int cols = mq.q_len * mq.group, c = h % cols;
     at = dev::caller_row(mq.q_start, user.rows, b, c / mq.group, int64_t(h / cols) * mq.group + c % mq.group, user.sb,
                          user.st, user.sh);
     if (at < 0) return;
-    out = static_cast<uint8_t*>(user.out);
+    out = static_cast<__half*>(user.out);
   }
-  *reinterpret_cast<uint32_t*>(out + 2 * (at + d)) = den > 0.f ? dev::act_pack2(n0 / den, n1 / den, a.bf16 != 0) : 0u;
+  *reinterpret_cast<uint32_t*>(out + at + d) = den > 0.f ? dev::act_pack2(n0 / den, n1 / den, a.bf16 != 0) : 0u;
 }
 
 }  // namespace
