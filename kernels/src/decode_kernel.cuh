@@ -294,23 +294,32 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
         lf = logit_factors<K>(t, lc, hb, rm, tr, r, qa, qb);
         vf = value_factors<K, kFullTile>(hb, rm, tr, nvalid);
       }
+      float alpha[kNT][2];
 #pragma unroll
-      for (int n = 0; n < kNT; ++n) {
-        float alpha[2] = {1.f, 1.f};
-        bool fast;  // no logit above the running maxima: α = 1, no rescale
-        [[maybe_unused]] const int ccut[2] = {cut[n][0] - t0, cut[n][1] - t0};  // kCausal: rows < ccut[c] visible
-        if constexpr (kPacked)
-          fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa[n], sq, qa, qb,
-                                              sm[n], zs[n], alpha, pb[n], pq, pbv);
-        else
-          fast = column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa[n], sq,
-                                                         qa, qb, sm[n], zs[n], alpha, pb[n], pq, pbv, lf, vf);
-        // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
-        // straight into acc and the rescale runs only when a running max moved (α ≠ 1
-        // somewhere in the warp: rare after the first tiles).
-        if (!fast && __any_sync(dev::kFull, alpha[0] != 1.f || alpha[1] != 1.f)) {
-          rescale_acc(acc[n], alpha);
-          if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, alpha);
+      for (int n = 0; n < kNT; ++n) alpha[n][0] = alpha[n][1] = 1.f;
+      [[maybe_unused]] int ccut[kNT][2];  // kCausal: rows < ccut[n][c] visible to column c of N-tile n
+#pragma unroll
+      for (int n = 0; n < kNT; ++n) ccut[n][0] = cut[n][0] - t0, ccut[n][1] = cut[n][1] - t0;
+      bool fast;  // no logit above the running maxima: α = 1, no rescale
+      if constexpr (kPacked) {
+        static_assert(kNT == 1, "packed kernels: one N-tile");
+        fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut[0], p_src, p_sel, sa[0], sq, qa, qb, sm[0],
+                                            zs[0], alpha[0], pb[0], pq, pbv);
+      } else {
+        fast = column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb,
+                                                       sm, zs, alpha, pb, pq, pbv, lf, vf);
+      }
+      // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
+      // straight into acc and the rescale runs only when a running max moved (α ≠ 1
+      // somewhere in the warp: rare after the first tiles).
+      if (!fast) {
+        bool moved = false;
+#pragma unroll
+        for (int n = 0; n < kNT; ++n) moved = moved || alpha[n][0] != 1.f || alpha[n][1] != 1.f;
+        if (__any_sync(dev::kFull, moved)) {
+#pragma unroll
+          for (int n = 0; n < kNT; ++n) rescale_acc(acc[n], alpha[n]);
+          if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, alpha[0]);  // (one N-tile: mq_column_tiles)
         }
       }
       // ---- values: acc = acc·α + Σ_halves A·P' (each decoded fragment into every N-tile) ----

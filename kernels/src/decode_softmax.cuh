@@ -1,7 +1,7 @@
 // The quantized decode's online softmax (decode_kernel.cuh): per warp and 32-token sub-tile, in
 // the exp2 domain (ex2.approx.ftz). While no logit of a sub-tile exceeds its column's running
 // maximum (all but a few sub-tiles once the maxima settle), m stays and the cross-lane max, α
-// and the rescales are skipped (try_keep*). The value accumulators are rescaled only when a
+// and the rescales are skipped (fits/keep, try_keep_half). The value accumulators are rescaled only when a
 // running max moved (rescale_acc, after a warp vote). Each warp's state is one part of the
 // log-sum-exp merge that follows the kernel (decode.cu).
 #pragma once
@@ -42,18 +42,20 @@ struct Softmax32 {
       l[c] = kSum ? l[c] * alpha[c] + ((x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2])) : l[c] * alpha[c];
     }
   }
-  // The common case once the maxima have settled: no logit of the sub-tile
-  // exceeds its column's running maximum anywhere in the warp. Then m stays, α = 1
-  // and x becomes p without the cross-lane max (returns false, x untouched,
-  // otherwise: the first sub-tile, a new maximum, or a NaN).
-  template <bool kSum = true, bool kGuard = false>
-  __device__ __forceinline__ bool try_keep(float (&x)[2][4]) {
-    bool keep = true;
+  // The common case once the maxima have settled: no logit of the sub-tile exceeds its column's
+  // running maximum anywhere in the warp (fits on every lane, one vote: column_weights). Then m stays,
+  // α = 1 and x becomes p without the cross-lane max (keep); otherwise (the first sub-tile, a new
+  // maximum, or a NaN) update.
+  __device__ __forceinline__ bool fits(const float (&x)[2][4]) const {
+    bool fit = true;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) keep = keep && x[h][i] <= m[i & 1];
-    if (!__all_sync(dev::kFull, keep)) return false;
+      for (int i = 0; i < 4; ++i) fit = fit && x[h][i] <= m[i & 1];
+    return fit;
+  }
+  template <bool kSum = true, bool kGuard = false>
+  __device__ __forceinline__ void keep(float (&x)[2][4]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const float me = dev::exp_base(m[c], kGuard);
@@ -64,7 +66,6 @@ struct Softmax32 {
       }
       if constexpr (kSum) l[c] += (x[0][c] + x[0][c + 2]) + (x[1][c] + x[1][c + 2]);
     }
-    return true;
   }
   template <bool kSum = true, bool kGuard = false>
   __device__ __forceinline__ bool try_keep_half(float (&x)[4]) {

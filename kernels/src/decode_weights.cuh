@@ -310,134 +310,154 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   return fast;
 }
 
-// G > 4: hi and lo column sets (kHiOnlyP: P' as fp16 hi alone). Returns whether the running maxima
-// stayed (α = 1). kGivenFactors: the logit and value factors come from lf and vf (logit_factors,
-// value_factors: once per sub-tile for all N-tiles), else they are computed here.
+// G > 4: hi and lo column sets (kHiOnlyP: P' as fp16 hi alone), for every N-tile n of the warp (its
+// scores sa[n], softmax state sm[n], Σ p·zero zs[n], α alpha[n], P' fragments pb[n]). Returns whether the
+// running maxima of every N-tile stayed (α = 1). The warp votes once for all N-tiles, so that their
+// softmax work is one straight run the scheduler can interleave (a vote and branch per N-tile ran
+// them one after the other). kGivenFactors: the logit and value factors come from lf and vf
+// (logit_factors, value_factors: once per sub-tile for all N-tiles), else they are computed here.
 template <class K, bool kFullTile, bool kGivenFactors, class T>
 __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
-    int tr, int r, int p, int nvalid, const int (&ccut)[2], const int (&p_src)[2], uint32_t p_sel, const typename K::Scores& sa,
-    const typename K::QjlScores& sq, const float (&qa)[2][4], const float (&qb)[2][4], Softmax32& sm, float (&zs)[2],
-    float (&alpha)[2], typename K::PFrags& pb, typename K::QjlPFrags& pq, typename K::PairPFrags& pbv,
+    int tr, int r, int p, int nvalid, const int (&ccut)[K::kNTiles][2], const int (&p_src)[2], uint32_t p_sel,
+    const typename K::Scores (&sa)[K::kNTiles], const typename K::QjlScores& sq, const float (&qa)[2][4],
+    const float (&qb)[2][4], Softmax32 (&sm)[K::kNTiles], float (&zs)[K::kNTiles][2], float (&alpha)[K::kNTiles][2],
+    typename K::PFrags (&pb)[K::kNTiles], typename K::QjlPFrags& pq, typename K::PairPFrags& pbv,
     const LogitFactors& lf, const ValueFactors& vf) {
   using C = typename K::C;
   using Q = typename K::Q;
-  constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta;
+  constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta, kNT = K::kNTiles;
   constexpr bool kHiOnlyP = K::kHiOnlyP;
-  const WeightsStage<K, T> st(t, lc, rm, zs, alpha, pb, pq);
   // token row (0 … 31 of the sub-tile) in range; always in a full sub-tile
   auto valid = [&](int row) { return kFullTile || row < nvalid; };
-  bool fast;  // no logit above the running maxima: α = 1, no rescale
-  float x[2][4];
+  float x[kNT][2][4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float sc4[4];
+  for (int n = 0; n < kNT; ++n) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sc4[i] = sa[0][h][0][i] + sa[0][h][kQSets - 1][i];
-    float fr, fr8;
-    [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
-    if constexpr (kGivenFactors) {
-      fr = lf.fr[h];
-      fr8 = lf.fr8[h];
-    } else if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256; no norm sums)
-      using Keys = typename Q::Keys;
-      static_assert(Keys::kLut && !Keys::kNormSums, "two-block keys: LUT keys without norm sums");
-      fr = Keys::norm_scale(n0, st.raw_scale);
-      fr8 = Keys::norm_scale(n0 + d8 * rm.mst, st.raw_scale);
-      const float frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, st.raw_scale);
-      const float frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, st.raw_scale);
+    for (int h = 0; h < 2; ++h) {
+      float sc4[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[1][h][0][i] + sa[1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
-      fr = fr8 = 1.f;
-    } else {
-      token_logit_factors<K>(t, st.raw_scale, st.nc_eps, st.diag_src, n0, rm, r, qa[h], qb[h], fr, fr8);
-    }
-    const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
-    x[h][0] = v0 ? sc4[0] * fr : -INFINITY;
-    x[h][1] = v0 ? sc4[1] * fr : -INFINITY;
-    x[h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
-    x[h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
-    if constexpr (Q::Keys::kSignTerm) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b
+      for (int i = 0; i < 4; ++i) sc4[i] = sa[n][0][h][0][i] + sa[n][0][h][kQSets - 1][i];
+      float fr, fr8;
+      [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
+      if constexpr (kGivenFactors) {
+        fr = lf.fr[h];
+        fr8 = lf.fr8[h];
+      } else if constexpr (Q::kTB > 1) {  // score = norm0 · block 0's + norm1 · block 1's (d = 256; no norm sums)
+        using Keys = typename Q::Keys;
+        static_assert(Keys::kLut && !Keys::kNormSums, "two-block keys: LUT keys without norm sums");
+        fr = Keys::norm_scale(n0, lc.raw_scale);
+        fr8 = Keys::norm_scale(n0 + d8 * rm.mst, lc.raw_scale);
+        const float frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, lc.raw_scale);
+        const float frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, lc.raw_scale);
 #pragma unroll
-      for (int tb = 0; tb < Q::kTB; ++tb) {
-        const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
-        const float k0 = Q::Keys::sign_scale(nb, st.qjl_k);
-        const float k8 = Q::Keys::sign_scale(nb + d8 * rm.mst, st.qjl_k);
+        for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[n][1][h][0][i] + sa[n][1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
+        fr = fr8 = 1.f;
+      } else {
+        token_logit_factors<K>(t, lc.raw_scale, lc.nc_eps, lc.diag_src, n0, rm, r, qa[h], qb[h], fr, fr8);
+      }
+      const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
+      x[n][h][0] = v0 ? sc4[0] * fr : -INFINITY;
+      x[n][h][1] = v0 ? sc4[1] * fr : -INFINITY;
+      x[n][h][2] = v1 ? sc4[2] * fr8 : -INFINITY;
+      x[n][h][3] = v1 ? sc4[3] * fr8 : -INFINITY;
+      if constexpr (Q::Keys::kSignTerm) {  // + Σ_b norm_b · κ · rnorm_b · (q″ · ±1)_b
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          x[h][i] = (i < 2 ? v0 : v1) ? fmaf(sq[tb][h][0][i] + sq[tb][h][kQSets - 1][i], i < 2 ? k0 : k8, x[h][i])
-                                      : -INFINITY;
+        for (int tb = 0; tb < Q::kTB; ++tb) {
+          const uint8_t* nb = n0 + tb * C::kTurboBlockBytes;
+          const float k0 = Q::Keys::sign_scale(nb, lc.qjl_k);
+          const float k8 = Q::Keys::sign_scale(nb + d8 * rm.mst, lc.qjl_k);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            x[n][h][i] = (i < 2 ? v0 : v1) ? fmaf(sq[tb][h][0][i] + sq[tb][h][kQSets - 1][i], i < 2 ? k0 : k8, x[n][h][i])
+                                        : -INFINITY;
+        }
       }
     }
   }
   if constexpr (K::kCausal && !kFullTile) {  // rows at or past the column's causal limit
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int n = 0; n < kNT; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (16 * h + tr + (i < 2 ? 0 : d8) >= ccut[i & 1]) x[h][i] = -INFINITY;
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (16 * h + tr + (i < 2 ? 0 : d8) >= ccut[n][i & 1]) x[n][h][i] = -INFINITY;
   }
-  fast = sm.template try_keep<!kHiOnlyP, K::kCausal>(x);
-  if (!fast) {
-    sm.template update<!kHiOnlyP, K::kCausal>(x, alpha);
-    st.rescale_sums();
+  bool fit = true;  // no logit above the running maxima: α = 1, no rescale
+#pragma unroll
+  for (int n = 0; n < kNT; ++n) fit = fit && sm[n].fits(x[n]);
+  const bool fast = __all_sync(dev::kFull, fit);
+  if (fast) {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) sm[n].template keep<!kHiOnlyP, K::kCausal>(x[n]);
+  } else {
+#pragma unroll
+    for (int n = 0; n < kNT; ++n) {
+      sm[n].template update<!kHiOnlyP, K::kCausal>(x[n], alpha[n]);
+      WeightsStage<K, T>(t, lc, rm, zs[n], alpha[n], pb[n], pq).rescale_sums();
+    }
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint8_t* f0 = hb[h] + rm.scz + tr * rm.mst;
-    const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
-    // (value_factors' loads, kept inline for the one-tile kernels: through a shared helper, ptxas scheduled
-    // turbo3's one-tile kernels differently, 33 of 51 changed, and its 128/8 decode measured 0.7% slower on one H100)
-    const float sc0 = kGivenFactors ? vf.sc[h][0] : v0 ? ld_f16(f0) : 0.f;
-    const float z0 = kGivenFactors ? vf.z[h][0] : v0 ? ld_f16(f0 + 2) : 0.f;
-    const float sc1 = kGivenFactors ? vf.sc[h][1] : v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f;
-    const float z1 = kGivenFactors ? vf.z[h][1] : v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
-    const float pv[4] = {x[h][0] * sc0, x[h][1] * sc0, x[h][2] * sc1, x[h][3] * sc1};
-    // fp16(P') (ph: tokens r, r + 8's two columns) and those values as floats (pf)
-    auto to_half = [](const float (&pw)[4], uint32_t (&ph)[2], float (&pf)[4]) {
-      const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
-      const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
-      ph[0] = *reinterpret_cast<const uint32_t*>(&ph01);
-      ph[1] = *reinterpret_cast<const uint32_t*>(&ph23);
-      pf[0] = pf01.x, pf[1] = pf01.y, pf[2] = pf23.x, pf[3] = pf23.y;
-    };
-    // wt: the weights summed into Σp·zero (and, kHiOnlyP, Σp); wp: fp16(P') as floats (kHiOnlyP)
-    float wt[4];
-    [[maybe_unused]] float wp[4];
-    [[maybe_unused]] uint32_t wh[2];
-    if constexpr (kHiOnlyP) {
-      to_half(pv, wh, wp);
-      // p̃ = fp16(P') / scale; a zero scale (a constant value vector) has P' = 0 whatever p is,
-      // and that token keeps p (its value is its zero)
-      const float i0 = kGivenFactors ? vf.isc[h][0] : dev::rcp_fast(sc0);
-      const float i1 = kGivenFactors ? vf.isc[h][1] : dev::rcp_fast(sc1);
+  for (int n = 0; n < kNT; ++n) {
+    const WeightsStage<K, T> st(t, lc, rm, zs[n], alpha[n], pb[n], pq);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wt[i] = (i < 2 ? sc0 : sc1) != 0.f ? wp[i] * (i < 2 ? i0 : i1) : x[h][i];
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) wt[i] = x[h][i];
-    }
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      zs[c] = fmaf(wt[c], z0, fmaf(wt[c + 2], z1, zs[c]));
-      if constexpr (kHiOnlyP) sm.l[c] += wt[c] + wt[c + 2];
-    }
-    if constexpr (kHiOnlyP) {
-      pb[0][h][0][0] = dev::movmatrix_trans(wh[0]);
-      pb[0][h][0][1] = dev::movmatrix_trans(wh[1]);
-    } else {
-      // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
-      // sign term: P″ = p · norm · κ · rnorm (into pq[tb]); hi and lo sets
-      auto p_frags = [&](uint32_t (&dst)[2][kQSets][2], const float (&pw)[4]) {
-        uint32_t ph[2];
-        float pf[4];
-        to_half(pw, ph, pf);
-        dst[h][0][0] = dev::movmatrix_trans(ph[0]);
-        dst[h][0][1] = dev::movmatrix_trans(ph[1]);
-        dst[h][kQSets - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf[0], pw[1] - pf[1]));
-        dst[h][kQSets - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf[2], pw[3] - pf[3]));
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* f0 = hb[h] + rm.scz + tr * rm.mst;
+      const bool v0 = valid(16 * h + tr), v1 = valid(16 * h + tr + d8);
+      // (value_factors' loads, kept inline for the one-tile kernels: through a shared helper, ptxas scheduled
+      // turbo3's one-tile kernels differently, 33 of 51 changed, and its 128/8 decode measured 0.7% slower on one H100)
+      const float sc0 = kGivenFactors ? vf.sc[h][0] : v0 ? ld_f16(f0) : 0.f;
+      const float z0 = kGivenFactors ? vf.z[h][0] : v0 ? ld_f16(f0 + 2) : 0.f;
+      const float sc1 = kGivenFactors ? vf.sc[h][1] : v1 ? ld_f16(f0 + d8 * rm.mst) : 0.f;
+      const float z1 = kGivenFactors ? vf.z[h][1] : v1 ? ld_f16(f0 + d8 * rm.mst + 2) : 0.f;
+      const float pv[4] = {x[n][h][0] * sc0, x[n][h][1] * sc0, x[n][h][2] * sc1, x[n][h][3] * sc1};
+      // fp16(P') (ph: tokens r, r + 8's two columns) and those values as floats (pf)
+      auto to_half = [](const float (&pw)[4], uint32_t (&ph)[2], float (&pf)[4]) {
+        const __half2 ph01 = __floats2half2_rn(pw[0], pw[1]), ph23 = __floats2half2_rn(pw[2], pw[3]);
+        const float2 pf01 = __half22float2(ph01), pf23 = __half22float2(ph23);
+        ph[0] = *reinterpret_cast<const uint32_t*>(&ph01);
+        ph[1] = *reinterpret_cast<const uint32_t*>(&ph23);
+        pf[0] = pf01.x, pf[1] = pf01.y, pf[2] = pf23.x, pf[3] = pf23.y;
       };
-      p_frags(pb[0], pv);
-      st.turbo_frags(x[h], f0, v0, v1, p_frags);
+      // wt: the weights summed into Σp·zero (and, kHiOnlyP, Σp); wp: fp16(P') as floats (kHiOnlyP)
+      float wt[4];
+      [[maybe_unused]] float wp[4];
+      [[maybe_unused]] uint32_t wh[2];
+      if constexpr (kHiOnlyP) {
+        to_half(pv, wh, wp);
+        // p̃ = fp16(P') / scale; a zero scale (a constant value vector) has P' = 0 whatever p is,
+        // and that token keeps p (its value is its zero)
+        const float i0 = kGivenFactors ? vf.isc[h][0] : dev::rcp_fast(sc0);
+        const float i1 = kGivenFactors ? vf.isc[h][1] : dev::rcp_fast(sc1);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wt[i] = (i < 2 ? sc0 : sc1) != 0.f ? wp[i] * (i < 2 ? i0 : i1) : x[n][h][i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wt[i] = x[n][h][i];
+      }
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        zs[n][c] = fmaf(wt[c], z0, fmaf(wt[c + 2], z1, zs[n][c]));
+        if constexpr (kHiOnlyP) sm[n].l[c] += wt[c] + wt[c + 2];
+      }
+      if constexpr (kHiOnlyP) {
+        pb[n][0][h][0][0] = dev::movmatrix_trans(wh[0]);
+        pb[n][0][h][0][1] = dev::movmatrix_trans(wh[1]);
+      } else {
+        // turbo block tb > 0 (d = 256): P' = p · that block's value norm (into pb[tb]); turbo4-qjl's
+        // sign term: P″ = p · norm · κ · rnorm (into pq[tb]); hi and lo sets
+        auto p_frags = [&](uint32_t (&dst)[2][kQSets][2], const float (&pw)[4]) {
+          uint32_t ph[2];
+          float pf[4];
+          to_half(pw, ph, pf);
+          dst[h][0][0] = dev::movmatrix_trans(ph[0]);
+          dst[h][0][1] = dev::movmatrix_trans(ph[1]);
+          dst[h][kQSets - 1][0] = dev::movmatrix_trans(dev::pack_half2(pw[0] - pf[0], pw[1] - pf[1]));
+          dst[h][kQSets - 1][1] = dev::movmatrix_trans(dev::pack_half2(pw[2] - pf[2], pw[3] - pf[3]));
+        };
+        p_frags(pb[n][0], pv);
+        st.turbo_frags(x[n][h], f0, v0, v1, p_frags);
+      }
     }
   }
   return fast;
