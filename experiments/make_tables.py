@@ -130,7 +130,9 @@ MAIN_AT = re.compile(r"main at ([0-9a-f]{7})")
 
 def mq_tables(name):
     """kernels/NAME's tq-bench multi-query tables in file order, each (its legend line, the "fused: ..." one before
-    it, or ""; 4bit_nc's rows as {column: cell}), and the first commit the file's comments name ("main at ...")."""
+    it, or ""; 4bit_nc's rows as {column: cell}, with the "#   pass N: <row>" comment rows that follow a table, the
+    same rows from other passes of its build, marked other_pass), and the first commit the file's comments name
+    ("main at ...")."""
     tables, head, legend, commit = [], None, "", None
     with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
         for line in f:
@@ -155,13 +157,17 @@ def mq_rows(name):
     """4bit_nc's rows of the first tq-bench --q-len table in kernels/NAME (later tables: older commits), by q_len,
     and the commit its comments name."""
     tables, commit = mq_tables(name)
-    rows = {int(r["q_len"]): {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
-                              "separate_over": float(r["separate/fused"])}
-            for r in (tables[0][1] if tables else []) if "other_pass" not in r}
-    # the other passes' fused/q_len1 beside the table's own, per q_len ("#   pass N:" rows)
-    for r in (tables[0][1] if tables else []):
-        if "other_pass" in r and int(r["q_len"]) in rows:
-            rows[int(r["q_len"])].setdefault("over_q1_passes", [rows[int(r["q_len"])]["over_q1"]]).append(float(r["fused/q_len1"]))
+    rows, others = {}, {}  # others: the other passes' fused/q_len1 per q_len
+    for r in tables[0][1] if tables else []:
+        q = int(r["q_len"])
+        if "other_pass" in r:
+            others.setdefault(q, []).append(float(r["fused/q_len1"]))
+        else:
+            rows[q] = {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
+                       "separate_over": float(r["separate/fused"])}
+    for q, ratios in others.items():
+        if q in rows:  # the table's own pass and the others ("over_q1_passes")
+            rows[q]["over_q1_passes"] = [rows[q]["over_q1"], *ratios]
     return rows, commit
 
 
