@@ -56,6 +56,12 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
   }
 }
 
+// Σ p·zero by α after a full softmax update (per lane, its two columns)
+__device__ __forceinline__ void rescale_zero_sums(float (&zs)[2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int c = 0; c < 2; ++c) zs[c] *= alpha[c];
+}
+
 // What packed_weights and column_weights share, made at the top of each: the logit constants and the
 // helpers over Σ p·zero and the P' fragments. (Each keeps its own lambda for the valid rows: as a
 // member of this struct it moved ptxas's schedules.)
@@ -76,10 +82,7 @@ struct WeightsStage {
       : raw_scale(lc.raw_scale), nc_eps(lc.nc_eps), qjl_k(lc.qjl_k), diag_src(lc.diag_src), t(t_), rm(rm_),
         zs(zs_), alpha(alpha_), pb(pb_), pq(pq_) {}
   // after a full softmax update: Σ p·zero by α
-  __device__ __forceinline__ void rescale_sums() const {
-#pragma unroll
-    for (int c = 0; c < 2; ++c) zs[c] *= alpha[c];
-  }
+  __device__ __forceinline__ void rescale_sums() const { rescale_zero_sums(zs, alpha); }
   // the P' fragments beyond pb[0] (turbo_p_frags)
   template <class Frags>
   __device__ __forceinline__ void turbo_frags(const float (&xs)[4], const uint8_t* f0, bool v0, bool v1,
@@ -394,7 +397,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
 #pragma unroll
     for (int n = 0; n < kNT; ++n) {
       sm[n].template update<!kHiOnlyP, K::kCausal>(x[n], alpha[n]);
-      WeightsStage<K, T>(t, lc, rm, zs[n], alpha[n], pb[n], pq).rescale_sums();
+      rescale_zero_sums(zs[n], alpha[n]);
     }
   }
 #pragma unroll
