@@ -300,27 +300,28 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
       [[maybe_unused]] int ccut[kNT][2];  // kCausal: rows < ccut[n][c] visible to column c of N-tile n
 #pragma unroll
       for (int n = 0; n < kNT; ++n) ccut[n][0] = cut[n][0] - t0, ccut[n][1] = cut[n][1] - t0;
-      bool fast;  // no logit above the running maxima: α = 1, no rescale
-      if constexpr (kPacked) {
-        static_assert(kNT == 1, "packed kernels: one N-tile");
-        fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut[0], p_src, p_sel, sa[0], sq, qa, qb, sm[0],
-                                            zs[0], alpha[0], pb[0], pq, pbv);
-      } else {
-        fast = column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb,
-                                                       sm, zs, alpha, pb, pq, pbv, lf, vf);
-      }
       // The value codes are exact fp16 subnormals (no bias), so the tensor cores accumulate
       // straight into acc and the rescale runs only when a running max moved (α ≠ 1
-      // somewhere in the warp: rare after the first tiles).
-      if (!fast) {
+      // somewhere in the warp: rare after the first tiles). Called where the softmax took its
+      // slow path (warp-uniform).
+      auto rescale = [&](const float (&al)[kNT][2]) {
         bool moved = false;
 #pragma unroll
-        for (int n = 0; n < kNT; ++n) moved = moved || alpha[n][0] != 1.f || alpha[n][1] != 1.f;
+        for (int n = 0; n < kNT; ++n) moved = moved || al[n][0] != 1.f || al[n][1] != 1.f;
         if (__any_sync(dev::kFull, moved)) {
 #pragma unroll
-          for (int n = 0; n < kNT; ++n) rescale_acc(acc[n], alpha[n]);
-          if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, alpha[0]);  // (one N-tile: mq_column_tiles)
+          for (int n = 0; n < kNT; ++n) rescale_acc(acc[n], al[n]);
+          if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, al[0]);  // (one N-tile: mq_column_tiles)
         }
+      };
+      if constexpr (kPacked) {
+        static_assert(kNT == 1, "packed kernels: one N-tile");
+        const bool fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut[0], p_src, p_sel, sa[0], sq, qa,
+                                                       qb, sm[0], zs[0], alpha[0], pb[0], pq, pbv);
+        if (!fast) rescale(alpha);
+      } else {  // (the rescale inside the softmax's slow path: no branch between the P' fragments and the values)
+        column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb, sm, zs,
+                                                alpha, pb, pq, pbv, lf, vf, rescale);
       }
       // ---- values: acc = acc·α + Σ_halves A·P' (each decoded fragment into every N-tile) ----
       accumulate_values<K>(hb, rm, tv, r, vs, vw, v_off, lut_lane, slut_lane, pb, pq, pbv, acc, acc2);

@@ -314,18 +314,19 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 }
 
 // G > 4: hi and lo column sets (kHiOnlyP: P' as fp16 hi alone), for every N-tile n of the warp (its
-// scores sa[n], softmax state sm[n], Σ p·zero zs[n], α alpha[n], P' fragments pb[n]). Returns whether the
-// running maxima of every N-tile stayed (α = 1). The warp votes once for all N-tiles, so that their
-// softmax work is one straight run the scheduler can interleave (a vote and branch per N-tile ran
-// them one after the other). kGivenFactors: the logit and value factors come from lf and vf
-// (logit_factors, value_factors: once per sub-tile for all N-tiles), else they are computed here.
-template <class K, bool kFullTile, bool kGivenFactors, class T>
-__device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
+// scores sa[n], softmax state sm[n], Σ p·zero zs[n], α alpha[n], P' fragments pb[n]). The warp votes once
+// for all N-tiles, so that their softmax work is one straight run the scheduler can interleave (a vote
+// and branch per N-tile ran them one after the other); where a running maximum may have moved (the
+// slow path), rescale(alpha) rescales the value accumulators there, so no branch separates the P'
+// fragments from the value work that follows. kGivenFactors: the logit and value factors come from lf
+// and vf (logit_factors, value_factors: once per sub-tile for all N-tiles), else they are computed here.
+template <class K, bool kFullTile, bool kGivenFactors, class T, class Rescale>
+__device__ __forceinline__ void column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
     int tr, int r, int p, int nvalid, const int (&ccut)[K::kNTiles][2], const int (&p_src)[2], uint32_t p_sel,
     const typename K::Scores (&sa)[K::kNTiles], const typename K::QjlScores& sq, const float (&qa)[2][4],
     const float (&qb)[2][4], Softmax32 (&sm)[K::kNTiles], float (&zs)[K::kNTiles][2], float (&alpha)[K::kNTiles][2],
     typename K::PFrags (&pb)[K::kNTiles], typename K::QjlPFrags& pq, typename K::PairPFrags& pbv,
-    const LogitFactors& lf, const ValueFactors& vf) {
+    const LogitFactors& lf, const ValueFactors& vf, const Rescale& rescale) {
   using C = typename K::C;
   using Q = typename K::Q;
   constexpr int kQSets = K::kQSets, d8 = K::kRow8Delta, kNT = K::kNTiles;
@@ -399,6 +400,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
       sm[n].template update<!kHiOnlyP, K::kCausal>(x[n], alpha[n]);
       rescale_zero_sums(zs[n], alpha[n]);
     }
+    rescale(alpha);
   }
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
@@ -463,7 +465,6 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
       }
     }
   }
-  return fast;
 }
 
 }  // namespace
