@@ -314,15 +314,17 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
           if constexpr (Q::Values::kSignTerm) rescale_acc(acc2, al[0]);  // (one N-tile: mq_column_tiles)
         }
       };
+      bool fast;
       if constexpr (kPacked) {
         static_assert(kNT == 1, "packed kernels: one N-tile");
-        const bool fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut[0], p_src, p_sel, sa[0], sq, qa,
-                                                       qb, sm[0], zs[0], alpha[0], pb[0], pq, pbv);
-        if (!fast) rescale(alpha);
-      } else {  // (the rescale inside the softmax's slow path: no branch between the P' fragments and the values)
-        column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb, sm, zs,
-                                                alpha, pb, pq, pbv, lf, vf, rescale);
+        fast = packed_weights<K, kFullTile>(t, lc, hb, rm, tr, r, p, nvalid, ccut[0], p_src, p_sel, sa[0], sq, qa, qb, sm[0],
+                                            zs[0], alpha[0], pb[0], pq, pbv);
+      } else {
+        fast = column_weights<K, kFullTile, (kNT > 1)>(t, lc, hb, rm, tr, r, p, nvalid, ccut, p_src, p_sel, sa, sq, qa, qb,
+                                                       sm, zs, alpha, pb, pq, pbv, lf, vf, rescale);
       }
+      // (kNT > 1: column_weights rescaled in its slow path, so no branch separates the P' fragments from the values)
+      if (kNT == 1 && !fast) rescale(alpha);
       // ---- values: acc = acc·α + Σ_halves A·P' (each decoded fragment into every N-tile) ----
       accumulate_values<K>(hb, rm, tv, r, vs, vw, v_off, lut_lane, slut_lane, pb, pq, pbv, acc, acc2);
     };

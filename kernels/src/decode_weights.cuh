@@ -317,11 +317,13 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
 // scores sa[n], softmax state sm[n], Σ p·zero zs[n], α alpha[n], P' fragments pb[n]). The warp votes once
 // for all N-tiles, so that their softmax work is one straight run the scheduler can interleave (a vote
 // and branch per N-tile ran them one after the other); where a running maximum may have moved (the
-// slow path), rescale(alpha) rescales the value accumulators there, so no branch separates the P'
-// fragments from the value work that follows. kGivenFactors: the logit and value factors come from lf
+// slow path), rescale(alpha) rescales the value accumulators there where kNTiles > 1, so no branch
+// separates the P' fragments from the value work that follows (one-tile kernels: the caller rescales
+// after it where this returns false; inside, 3bit_nc's G-8 one-tile decodes measured 0.9% slower).
+// Returns whether the running maxima stayed (α = 1). kGivenFactors: the logit and value factors come from lf
 // and vf (logit_factors, value_factors: once per sub-tile for all N-tiles), else they are computed here.
 template <class K, bool kFullTile, bool kGivenFactors, class T, class Rescale>
-__device__ __forceinline__ void column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
+__device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc, const uint8_t* const (&hb)[2], const RowMap& rm,
     int tr, int r, int p, int nvalid, const int (&ccut)[K::kNTiles][2], const int (&p_src)[2], uint32_t p_sel,
     const typename K::Scores (&sa)[K::kNTiles], const typename K::QjlScores& sq, const float (&qa)[2][4],
     const float (&qb)[2][4], Softmax32 (&sm)[K::kNTiles], float (&zs)[K::kNTiles][2], float (&alpha)[K::kNTiles][2],
@@ -400,7 +402,7 @@ __device__ __forceinline__ void column_weights(const T& t, const LogitConsts& lc
       sm[n].template update<!kHiOnlyP, K::kCausal>(x[n], alpha[n]);
       rescale_zero_sums(zs[n], alpha[n]);
     }
-    rescale(alpha);
+    if constexpr (kNT > 1) rescale(alpha);
   }
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
@@ -465,6 +467,7 @@ __device__ __forceinline__ void column_weights(const T& t, const LogitConsts& lc
       }
     }
   }
+  return fast;
 }
 
 }  // namespace
