@@ -145,13 +145,13 @@ constexpr int cta_merge_min_item_tokens() {
 }
 
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan, bool balance,
-                 int merge_min_item_tokens) {
+                 int merge_min_item_tokens, int chunks) {
   const int tile = sub_tokens * plan.warps_per_head, batch = p.blocks.batch;
-  const int groups = batch * plan.head_groups, slots = sm_count * plan.ctas_per_sm;
+  const int groups = batch * plan.head_groups * chunks, slots = sm_count * plan.ctas_per_sm;
   const int max_tiles = std::max(1, (p.max_seq_len + tile - 1) / tile);
   plan.num_splits = p.num_splits > 0 ? p.num_splits : auto_splits(groups, max_tiles, slots);
   plan.items = plan.num_splits * batch;  // work items per head group (dev::work_item)
-  plan.balance_slots = balance && !p.even_dealing && p.num_splits <= 0 && plan.head_groups == 1
+  plan.balance_slots = balance && !p.even_dealing && p.num_splits <= 0 && plan.head_groups == 1 && chunks == 1
                            ? balance_slots(batch, max_tiles, slots, plan.num_splits)
                            : 0;
   if (plan.balance_slots > 0) plan.items = plan.balance_slots + batch;  // dev::work_item_balanced
@@ -299,11 +299,18 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
 // Columns of a multi-query launch set: with two N-tiles per warp (tiles = 2), launches of ≤ 16
 // columns, each warp computing all of them (the cache read ⌈cols / 16⌉ times); else both slices per
 // CTA (16 columns per launch) where the CTA has the warps for a second slice and every launch gets
-// more than 8 columns; else launches of ≤ 8 columns.
+// more than 8 columns; else launches of ≤ 8 columns. Chunks of one width are one launch, chunk z of it
+// at blockIdx.z (grid_chunks): at 32/8, q_len 16 (4 chunks of 16 columns) the CTAs of all four share
+// the SMs, so the split count can drop from 4 to 1 (no merge) and one prologue and tail serve them all.
 struct ColumnChunks {
   int cols = 0;
   bool dual = false;
-  int n = 1, base = 0, rem = 0;  // n launches: the first rem of base + 1 columns, the rest of base (the last ≤)
+  int n = 1, base = 0, rem = 0;  // n chunks: the first rem of base + 1 columns, the rest of base (the last ≤)
+  // the chunks of one launch: all n where they have one width, else 1 (a launch per chunk). Not with query
+  // counts per sequence (varlen: q_start), which the planner cannot read: a chunk past most sequences'
+  // counts keeps only its split count's items, dealt over the few sequences left (a 16-query chunk among
+  // single-query decodes would get 1 split for all four chunks).
+  int grid_chunks(bool varlen) const { return !varlen && rem == 0 && n * base == cols ? n : 1; }
   ColumnChunks(int columns, int hpc, int cta_warps, int tiles) : cols(columns) {
     const int n16 = (cols + 2 * kQueryCols - 1) / (2 * kQueryCols);
     if (tiles == 2) {  // tile 0 takes columns 0 … 7 of each launch, tile 1 the rest
@@ -415,7 +422,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
   // dual: both query slices of 8 < G ≤ 16 in one launch (query_slices); the ring then holds half
   // the sub-tiles per stage (warps_per_head is per slice)
   // tiles: N-tiles per warp of the multi-query kernels (2: CTAs of 8 warps)
-  auto plan_for = [&](bool dual, int tiles = 1) {
+  auto plan_for = [&](bool dual, int tiles = 1, int chunks = 1) {
     DecodePlan plan;
     int merge_min_item_tokens = kCtaMergeMinItemTokens;
     dispatch_decode_format(f, [&](auto cfg) {
@@ -456,13 +463,13 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
     });
     // the balanced dealing only at G ≤ 4 query columns per kv head: planner_ab.py on one H100 (B 32, 32K) put even
     // chunks 3–11% ahead at 64/8, 96/8 and 128/8 (4bit_nc 128/8: 0.5623 → 0.5085 ms) and level at 32/8
-    finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/group <= 4, merge_min_item_tokens);
+    finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/group <= 4, merge_min_item_tokens, chunks);
     return plan;
   };
   if (multi) {  // launches of ColumnChunks
     int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
     ColumnChunks ch(group, heads, kernel_warps, tiles);
-    DecodePlan plan = plan_for(ch.dual, tiles);
+    DecodePlan plan = plan_for(ch.dual, tiles, ch.grid_chunks(p_in.q_start != nullptr));
     // short work items (two_tile_items, as single-query decodes at 8 < G ≤ 16): one tile per warp and
     // both slices per launch, where that takes as many launches
     if (tiles == 2 && p.column_tiles == 0 && !two_tile_items(p.max_seq_len, plan.num_splits)) {
@@ -470,7 +477,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       if (one.dual && one.n == ch.n) {
         ch = one;
         tiles = 1;
-        plan = plan_for(ch.dual, tiles);
+        plan = plan_for(ch.dual, tiles, ch.grid_chunks(p_in.q_start != nullptr));
       }
     }
     plan.query_passes = ch.n;
@@ -564,15 +571,20 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       mq.chunk = ch.base;
       mq.chunk_rem = ch.rem;
-      ch.for_each([&](int c0, int cols) {
+      // chunks columns c0 … c0 + chunks · cols − 1 in one launch (chunk z of it at blockIdx.z)
+      auto launch = [&](int c0, int cols, int chunks) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};
         MultiQuery m = mq;
         m.col0 = c0;
-        decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map, grid, plan.threads,
-                                plan.smem_bytes, stream, pdl);
+        decode_kernel_launch<C>(sel, column_slice(a, f.head_dim, c0, cols), t, m, cache.data, &map,
+                                dim3(grid.x, grid.y, unsigned(chunks)), plan.threads, plan.smem_bytes, stream, pdl);
         pdl = true;
-      });
+      };
+      if (ch.grid_chunks(p_in.q_start != nullptr) > 1)
+        launch(0, ch.base, ch.n);
+      else
+        ch.for_each([&](int c0, int cols) { launch(c0, cols, 1); });
     } else if (plan.column_tiles == 2) {  // 8 < G ≤ 16 in one launch, each warp both 8-column tiles (a.group = G)
       if (!two_query_slices(a.group) || column_tiles<C>(plan.heads_per_cta, a.group, planes) != 2 ||
           plan.threads != 32 * plan.heads_per_cta * plan.warps_per_head)

@@ -653,8 +653,8 @@ constexpr bool two_tile_items(int max_seq_len, int num_splits) {
 // and the parts' rows offset to column g0 (the merge runs once, on `a`, over all query
 // heads). G ≤ 8: fn(a, false), unchanged. The flag picks the SLICED kernels (dev::query_head).
 // The arguments of a launch over columns g0 … g0 + n − 1 of every kv head: q, out and the parts'
-// rows offset to column g0.
-inline DecodeArgs column_slice(const DecodeArgs& a, int head_dim, int g0, int n) {
+// rows offset to column g0 (on the device: the column chunk of a multi-query launch's blockIdx.z).
+__host__ __device__ inline DecodeArgs column_slice(const DecodeArgs& a, int head_dim, int g0, int n) {
   DecodeArgs s = a;
   s.group = n;
   s.q += int64_t(g0) * a.q_sh;
@@ -684,9 +684,10 @@ void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head
 // Split count (fixed or auto), query passes (from query_slices), parts and workspace size of a plan;
 // balance: the kernel can deal the tokens out by dev::work_item_balanced (DecodePlan::balance_slots);
 // merge_min_item_tokens: where plan_stage1 chose the CTA merge (part_warps 1), the shortest average work item
-// that keeps it (shorter: one part per warp again).
+// that keeps it (shorter: one part per warp again); chunks: the column chunks one launch runs side by side
+// (blockIdx.z), whose CTAs the split count spreads over the SMs with the head groups'.
 void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_tokens, DecodePlan& plan,
-                 bool balance = false, int merge_min_item_tokens = 0);
+                 bool balance = false, int merge_min_item_tokens = 0, int chunks = 1);
 // DecodePlan::balance_slots for a one-head-group decode of batch sequences of max_tiles tiles over
 // `slots` CTA slots with the auto split count `splits`: slots where the balanced dealing's makespan
 // model is ≥ 2% below the usual one's, else 0.

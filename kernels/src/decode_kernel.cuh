@@ -93,11 +93,14 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   auto group = [&] { return kSlices == 1 ? a.group : min(8, a.group - g0); };
   // N-tile n's columns 8n … (kNT = 1: group())
   auto tile_group = [&](int n) { return kNT == 1 ? group() : min(8, group() - 8 * n); };
+  // K::kCausal: the first column of this CTA's chunk of the launch's columns (ColumnChunks: chunk blockIdx.z of
+  // a.group columns each; read where used, so that nothing is kept across the main loop)
+  auto chunk_c0 = [&] { return K::kCausal ? int(blockIdx.z) * a.group : 0; };
   const int item = blockIdx.x, hg = blockIdx.y;
   const int tile = kSub * warps_per_head;
   // every warp: the same
   dev::QueryCut qcut{};  // (causal: the sequences with queries in this launch)
-  if constexpr (K::kCausal) qcut = t.mq.cut(t.mq.col0);
+  if constexpr (K::kCausal) qcut = t.mq.cut(t.mq.col0 + chunk_c0());
   const dev::WorkItem wi = t.balance > 0
                                ? dev::work_item_balanced(a.seq_lens, a.batch, a.items, tile, item, t.balance, qcut)
                                : dev::work_item(a.seq_lens, a.batch, a.items, tile, item, qcut);
@@ -111,7 +114,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   auto wait_prior = [] { asm volatile("griddepcontrol.wait;" ::: "memory"); };
   bool empty = wi.b < 0;  // an unused item (the lengths fit in fewer)
   if constexpr (K::kCausal) {  // every column of this launch past sequence wi.b's queries (q_start): nothing to compute
-    empty = empty || (t.mq.q_start && t.mq.col0 / t.mq.group >= dev::query_count(t.mq.q_start, wi.b, t.mq.q_len));
+    empty = empty ||
+            (t.mq.q_start && (t.mq.col0 + chunk_c0()) / t.mq.group >= dev::query_count(t.mq.q_start, wi.b, t.mq.q_len));
   }
   if (empty) {
     wait_prior();
@@ -129,7 +133,7 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   [[maybe_unused]] int cut[kNT][2] = {{0, 0}}, cut_lo = 0;
   if constexpr (K::kCausal) {
     const MultiQuery& mq = t.mq;
-    const int end = a.seq_lens[b] - dev::query_count(mq.q_start, b, mq.q_len) + 1, c0 = mq.col0 + g0;
+    const int end = a.seq_lens[b] - dev::query_count(mq.q_start, b, mq.q_len) + 1, c0 = mq.col0 + chunk_c0() + g0;
 #pragma unroll
     for (int n = 0; n < kNT; ++n)
 #pragma unroll
@@ -158,7 +162,11 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   const int n_prod = nwarps >= 4 ? 4 : 1;
   const int fill_pages = warp < n_prod ? ring.load_pages(0, fill_tiles * hw) : 0;  // tiles 0 … fill_tiles − 1
   int next_pages = 0;
-  auto q_row = [&](int g) { return a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<K::kSliced>(a, kvh, g0 + g)) * a.q_sh; };
+  auto q_row = [&](int g) {
+    const __half* q = a.q + int64_t(b) * a.q_sb + int64_t(dev::query_head<K::kSliced>(a, kvh, g0 + g)) * a.q_sh;
+    if constexpr (K::kCausal) q += int64_t(chunk_c0()) * a.q_sh;
+    return q;
+  };
   wait_prior();  // the staged queries are read from here on
   typename K::QRaw qraw;
   query_prefetch<K>(a, q_row, group, lane, ws, qraw);
@@ -375,10 +383,16 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     stage0 = reinterpret_cast<float*>(smem + (merge_at - dyn_base));
     stage = stage0 + warp * kStage;
   }
+  const DecodeArgs* ao = &a;  // K::kCausal: the outputs and parts of this CTA's chunk of columns
+  [[maybe_unused]] DecodeArgs chunk;
+  if constexpr (K::kCausal) {
+    chunk = column_slice(a, C::kD, chunk_c0(), a.group);
+    ao = &chunk;
+  }
 #pragma unroll
   for (int n = 0; n < kNT; ++n) {
     auto tile_cols = [&] { return tile_group(n); };
-    write_parts<K>(a, t, acc[n], acc2, sm[n], zs[n], qbuf, s_row, tile_cols, lane, r, p, v_s, warps_per_head, ws, kvh,
+    write_parts<K>(*ao, t, acc[n], acc2, sm[n], zs[n], qbuf, s_row, tile_cols, lane, r, p, v_s, warps_per_head, ws, kvh,
                    g0 + 8 * n, stage);
   }
   if constexpr (K::kCtaMerge) {

@@ -215,7 +215,7 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
   const Want wants[] = {
       {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1},   // 16 columns: one launch
       {"turboquant_k3v4_nc", 128, 32, 8, 5, 2, 2},   // 20: 16 + 4
-      {"turboquant_3bit_nc", 64, 32, 8, 16, 2, 4},   // 64: four launches of 16
+      {"turboquant_3bit_nc", 64, 32, 8, 16, 2, 4},   // 64: four passes of 16 (one launch)
       {"turboquant_k8v4", 128, 64, 8, 2, 2, 1},      // G 8, 16 columns
       {"turboquant_4bit_nc", 128, 32, 8, 2, 1, 1},   // 8 columns: one tile
       {"turboquant_4bit_nc", 128, 8, 2, 4, 1, 1},    // 2 kv heads per CTA: the one-tile kernels, both slices
@@ -224,7 +224,7 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
       {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 1},  // one tile asked for: both slices, 16 warps
       {"turboquant_k8v4", 128, 32, 8, 4, 1, 2, 1},     // one tile asked for, 8-warp kernel: two launches
       {"turboquant_4bit_nc", 128, 32, 8, 4, 1, 1, 0, 0},   // short items: one tile, both slices, one launch
-      {"turboquant_3bit_nc", 64, 32, 8, 16, 1, 4, 0, 0},   // short items: four launches of both slices
+      {"turboquant_3bit_nc", 64, 32, 8, 16, 1, 4, 0, 0},   // short items: four passes of both slices
       {"turboquant_4bit_nc", 128, 32, 8, 4, 2, 1, 2, 0},   // short items, two tiles asked for
       {"turboquant_k8v4", 128, 64, 8, 2, 2, 1, 0, 0},      // short items, 8-warp kernel: two tiles (one launch)
   };
@@ -248,6 +248,29 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
       if (w.tiles == 2) REQUIRE((plan.threads == 256 && plan.heads_per_cta == 8 && plan.warps_per_head == 1));
     });
   }
+  // 32/8, B 32 of 32K tokens on 132 SMs, two N-tiles (CTAs of 8 warps, one per SM, 8 kv heads each): q_len 4's
+  // 16 columns are one pass of 32 · 4 splits = 128 CTAs; q_len 16's four passes of 16 run side by side in one
+  // launch, 4 · 32 CTAs, so one split each and no parts to merge (the staged queries and outputs alone)
+  const auto kf = tq::cuda::kernel_format(tq::make_format("turboquant_4bit_nc", 128));
+  DevMem cache(1 << 20), tab(32 * 4), lens(32 * 4), q(32 * 16 * 32 * 128 * 2), out(32 * 16 * 32 * 128 * 2);
+  const tq::cuda::PagedCache pc{cache.as<uint8_t>(), 32, 16, 8, kf.slot_bytes};
+  tq::cuda::DecodeParams p;
+  p.query = q.as();
+  p.out = out.as();
+  p.q_stride_head = p.o_stride_head = 128;
+  p.q_stride_token = p.o_stride_token = 32 * 128;
+  p.n_q_heads = 32;
+  p.attn_scale = 0.1f;
+  p.blocks = {tab.as<int32_t>(), 32, lens.as<int32_t>(), 1};
+  p.max_seq_len = 32768;
+  p.q_len = 4;
+  p.q_stride_batch = p.o_stride_batch = 4 * 32 * 128;
+  const DecodePlan q4 = tq::cuda::plan_decode(kf, pc, p, 132);
+  REQUIRE((q4.column_tiles == 2 && q4.query_passes == 1 && q4.num_splits == 4 && q4.items == 128 && q4.parts > 1));
+  p.q_len = 16;
+  p.q_stride_batch = p.o_stride_batch = 16 * 32 * 128;
+  const DecodePlan q16 = tq::cuda::plan_decode(kf, pc, p, 132);
+  REQUIRE((q16.column_tiles == 2 && q16.query_passes == 4 && q16.num_splits == 1 && q16.items == 32 && q16.parts == 1));
 }
 
 TEST_CASE("launchers: multi-query arguments are checked by name", "[api][multi][quick]") {

@@ -101,8 +101,10 @@ struct DecodePlan {
   int threads = 0;
   int smem_bytes = 0;
   int ctas_per_sm = 0;     // occupancy of the stage-1 kernel
-  int query_passes = 1;    // stage-1 launches, each reading the whole cache range once: ⌈G / 8⌉, G = query
-                           // heads per kv head (the MMA's N tile holds 8 query columns); 1 with query_slices 2
+  int query_passes = 1;    // stage-1 passes, each reading the whole cache range once: ⌈G / 8⌉, G = query
+                           // heads per kv head (the MMA's N tile holds 8 query columns); 1 with query_slices 2.
+                           // Each pass is a launch, except multi-query passes of one width: one launch, their
+                           // CTAs side by side (the split count spreads all of them over the SMs)
   int query_slices = 1;    // 8 < G ≤ 16: 2 when a CTA computes both slices of 8 columns and G − 8 (quantized at G ≤ 12:
                            // only when a work item streams ≤ 2048 tokens, else the second launch is packed); a second
                            // set of heads_per_cta · warps_per_head warps on the same ring stages (threads counts
