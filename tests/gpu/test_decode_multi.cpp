@@ -252,7 +252,7 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
   // 16 columns are one pass of 32 · 4 splits = 128 CTAs; q_len 16's four passes of 16 run side by side in one
   // launch, 4 · 32 CTAs, so one split each and no parts to merge (the staged queries and outputs alone)
   const auto kf = tq::cuda::kernel_format(tq::make_format("turboquant_4bit_nc", 128));
-  DevMem cache(1 << 20), tab(32 * 4), lens(32 * 4), q(32 * 16 * 32 * 128 * 2), out(32 * 16 * 32 * 128 * 2);
+  DevMem cache(1 << 20), tab(32 * 4 * 4), lens(32 * 4), q(32 * 16 * 32 * 128 * 2), out(32 * 16 * 32 * 128 * 2);
   const tq::cuda::PagedCache pc{cache.as<uint8_t>(), 32, 16, 8, kf.slot_bytes};
   tq::cuda::DecodeParams p;
   p.query = q.as();
@@ -261,15 +261,17 @@ TEST_CASE("decode: multi-query plans take two N-tiles per warp where the format 
   p.q_stride_token = p.o_stride_token = 32 * 128;
   p.n_q_heads = 32;
   p.attn_scale = 0.1f;
-  p.blocks = {tab.as<int32_t>(), 32, lens.as<int32_t>(), 1};
+  p.blocks = {tab.as<int32_t>(), 4, lens.as<int32_t>(), 32};  // (table, stride, seq_lens, batch)
   p.max_seq_len = 32768;
   p.q_len = 4;
   p.q_stride_batch = p.o_stride_batch = 4 * 32 * 128;
   const DecodePlan q4 = tq::cuda::plan_decode(kf, pc, p, 132);
+  INFO("q_len 4: splits " << q4.num_splits << " items " << q4.items << " parts " << q4.parts);
   REQUIRE((q4.column_tiles == 2 && q4.query_passes == 1 && q4.num_splits == 4 && q4.items == 128 && q4.parts > 1));
   p.q_len = 16;
   p.q_stride_batch = p.o_stride_batch = 16 * 32 * 128;
   const DecodePlan q16 = tq::cuda::plan_decode(kf, pc, p, 132);
+  INFO("q_len 16: splits " << q16.num_splits << " items " << q16.items << " parts " << q16.parts);
   REQUIRE((q16.column_tiles == 2 && q16.query_passes == 4 && q16.num_splits == 1 && q16.items == 32 && q16.parts == 1));
 }
 
