@@ -306,11 +306,11 @@ struct ColumnChunks {
   int cols = 0;
   bool dual = false;
   int n = 1, base = 0, rem = 0;  // n chunks: the first rem of base + 1 columns, the rest of base (the last ≤)
-  // the chunks of one launch: all n where they have one width, else 1 (a launch per chunk). Not with query
-  // counts per sequence (varlen: q_start), which the planner cannot read: a chunk past most sequences'
-  // counts keeps only its split count's items, dealt over the few sequences left (a 16-query chunk among
-  // single-query decodes would get 1 split for all four chunks).
-  int grid_chunks(bool varlen) const { return !varlen && rem == 0 && n * base == cols ? n : 1; }
+  // the chunks of one launch for the caller's params p: all n where they have one width, else 1 (a launch per
+  // chunk). Not with query counts per sequence (p.q_start), which the planner cannot read: a chunk past most
+  // sequences' counts keeps only its split count's items, dealt over the few sequences left (a 16-query chunk
+  // among single-query decodes would get 1 split for all four chunks).
+  int grid_chunks(const DecodeParams& p) const { return !p.q_start && rem == 0 && n * base == cols ? n : 1; }
   ColumnChunks(int columns, int hpc, int cta_warps, int tiles) : cols(columns) {
     const int n16 = (cols + 2 * kQueryCols - 1) / (2 * kQueryCols);
     if (tiles == 2) {  // tile 0 takes columns 0 … 7 of each launch, tile 1 the rest
@@ -469,7 +469,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
   if (multi) {  // launches of ColumnChunks
     int tiles = p.column_tiles == 1 ? 1 : plan_column_tiles(f, heads, group, planes);
     ColumnChunks ch(group, heads, kernel_warps, tiles);
-    DecodePlan plan = plan_for(ch.dual, tiles, ch.grid_chunks(p_in.q_start != nullptr));
+    DecodePlan plan = plan_for(ch.dual, tiles, ch.grid_chunks(p_in));
     // short work items (two_tile_items, as single-query decodes at 8 < G ≤ 16): one tile per warp and
     // both slices per launch, where that takes as many launches
     if (tiles == 2 && p.column_tiles == 0 && !two_tile_items(p.max_seq_len, plan.num_splits)) {
@@ -477,7 +477,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       if (one.dual && one.n == ch.n) {
         ch = one;
         tiles = 1;
-        plan = plan_for(ch.dual, tiles, ch.grid_chunks(p_in.q_start != nullptr));
+        plan = plan_for(ch.dual, tiles, ch.grid_chunks(p_in));
       }
     }
     plan.query_passes = ch.n;
@@ -581,7 +581,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
                                 dim3(grid.x, grid.y, unsigned(chunks)), plan.threads, plan.smem_bytes, stream, pdl);
         pdl = true;
       };
-      if (ch.grid_chunks(p_in.q_start != nullptr) > 1)
+      if (ch.grid_chunks(p_in) > 1)
         launch(0, ch.base, ch.n);
       else
         ch.for_each([&](int c0, int cols) { launch(c0, cols, 1); });

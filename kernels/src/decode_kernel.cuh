@@ -383,7 +383,9 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
     stage0 = reinterpret_cast<float*>(smem + (merge_at - dyn_base));
     stage = stage0 + warp * kStage;
   }
-  const DecodeArgs* ao = &a;  // K::kCausal: the outputs and parts of this CTA's chunk of columns
+  // K::kCausal: the outputs and parts of this CTA's chunk of columns (through a pointer, so that the other kernels
+  // keep their code: a copy of the arguments in every kernel moved ptxas's schedules of 44 of 4bit_nc's 81)
+  const DecodeArgs* ao = &a;
   [[maybe_unused]] DecodeArgs chunk;
   if constexpr (K::kCausal) {
     chunk = column_slice(a, C::kD, chunk_c0(), a.group);
