@@ -153,12 +153,12 @@ def mq_tables(name):
     return tables, commit
 
 
-def mq_rows(name):
-    """4bit_nc's rows of the first tq-bench --q-len table in kernels/NAME (later tables: older commits), by q_len,
-    and the commit its comments name."""
+def mq_rows(name, table=0):
+    """4bit_nc's rows of tq-bench --q-len table TABLE in kernels/NAME (0: the first; later tables: older commits), by
+    q_len, and the commit the file's comments name first."""
     tables, commit = mq_tables(name)
     rows, others = {}, {}  # others: the other passes' fused/q_len1 per q_len
-    for r in tables[0][1] if tables else []:
+    for r in tables[table][1] if len(tables) > table else []:
         q = int(r["q_len"])
         if "other_pass" in r:
             others.setdefault(q, []).append(float(r["fused/q_len1"]))
@@ -198,11 +198,10 @@ def multi_query():
         r = h100[4]["over_q1_passes"]
         note += (f" Over {len(r)} passes of the same build on that H100, q_len 4 took {min(r):.2f}–{max(r):.2f}× a "
                  "single-query decode; the rows are one of the passes at the median.")
-    if (ab := ab_qlen_rows("ab_mq_chunk_grid_h100.txt", "turboquant_4bit_nc", 16)):
-        note += (f" Since then q_len 16 runs its four passes of 16 columns as one launch: in a same-call A/B on one H100 "
-                 f"4bit_nc's fused decode went from {ab['A']['fused']:.3f} to {ab['C']['fused']:.3f} ms "
-                 f"({ab['C']['over_q1']:.2f}× a single-query decode, {ab['C']['separate_over']:.2f}× faster than 16 of them; "
-                 "[ab_mq_chunk_grid_h100.txt](experiments/results/kernels/ab_mq_chunk_grid_h100.txt)).")
+    elif 4 in (before := mq_rows("multi_query_tqbench_h100.txt", 1)[0]) and "over_q1_passes" in before[4]:
+        r = before[4]["over_q1_passes"]
+        note += (f" The H100 rows are one pass; over the {len(r)} passes of the build before it (the file's next "
+                 f"table, the same q_len-4 plan) q_len 4 took {min(r):.2f}–{max(r):.2f}× a single-query decode.")
     if (v := varlen_row("16,1x31")):
         note += (f" A mixed batch, one 16-query chunk among 31 decodes (`--q-counts 16,1x31`), takes {v[1]:.3f} ms, "
                  f"{v[1] / v[0]:.2f}× the decode with 16 queries in every sequence"
@@ -210,23 +209,6 @@ def multi_query():
                     f"{v[2]:.3f} ms, so this one batch shape runs faster that way" if v[2] and v[2] < v[1] else "")
                  + " (H100, [varlen_h100.txt](experiments/results/kernels/varlen_h100.txt)).")
     return "\n".join(lines) + "\n\n" + note + "\n"
-
-
-def ab_qlen_rows(name, fmt, q_len):
-    """kernels/NAME, an ab_kernels.sh AB_QLEN file: FMT's q_len rows per variant (A, C), each the mean over the passes
-    of fused ms, × one single-query decode and separate ÷ fused; {} where the file is missing."""
-    path = os.path.join(RES, "kernels", name)
-    if not os.path.exists(path):
-        return {}
-    # "<variant> <shape> D<d> <ctx> <format>" and tq-bench's q_len row: q_len fused_ms %copy q_len1_ms fused/q_len1 …
-    cols = {"fused": 6, "over_q1": 9, "separate_over": 11}
-    runs = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            c = line.split()
-            if len(c) == 16 and c[0] in ("A", "C") and c[4] == fmt and c[5] == str(q_len):
-                runs.setdefault(c[0], []).append([float(c[i]) for i in cols.values()])
-    return {v: {k: sum(r[i] for r in rs) / len(rs) for i, k in enumerate(cols)} for v, rs in runs.items()}
 
 
 def varlen_row(counts):
