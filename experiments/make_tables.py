@@ -193,13 +193,12 @@ def multi_query():
     note = ("Multi-query: q_len queries per sequence, causal within the chunk, same shape; the H100 rows from "
             "[multi_query_tqbench_h100.txt](experiments/results/kernels/multi_query_tqbench_h100.txt) "
             "([kernels.md](experiments/results/kernels.md#multi-query-decode-q_len--1)).")
-    h100 = machines[1][1]
-    if 4 in h100 and "over_q1_passes" in h100[4]:
-        r = h100[4]["over_q1_passes"]
+    # q_len 4's range over several passes of one build: the rows' own, else (a one-pass table) the build's before it
+    passes = lambda rows: rows.get(4, {}).get("over_q1_passes")
+    if (r := passes(machines[1][1])):
         note += (f" Over {len(r)} passes of the same build on that H100, q_len 4 took {min(r):.2f}–{max(r):.2f}× a "
                  "single-query decode; the rows are one of the passes at the median.")
-    elif 4 in (before := mq_rows("multi_query_tqbench_h100.txt", 1)[0]) and "over_q1_passes" in before[4]:
-        r = before[4]["over_q1_passes"]
+    elif (r := passes(mq_rows("multi_query_tqbench_h100.txt", 1)[0])):
         note += (f" The H100 rows are one pass; over the {len(r)} passes of the build before it (the file's next "
                  f"table, the same q_len-4 plan) q_len 4 took {min(r):.2f}–{max(r):.2f}× a single-query decode.")
     if (v := varlen_row("16,1x31")):
