@@ -196,8 +196,9 @@ def multi_query():
     # q_len 4's range over several passes of one build: the rows' own, else (a one-pass table) the build's before it
     passes = lambda rows: rows.get(4, {}).get("over_q1_passes")
     if (r := passes(machines[1][1])):
-        note += (f" Over {len(r)} passes of the same build on that H100, q_len 4 took {min(r):.2f}–{max(r):.2f}× a "
-                 "single-query decode; the rows are one of the passes at the median.")
+        took = f"{r[0]:.2f}× in each" if min(r) == max(r) else f"{min(r):.2f}–{max(r):.2f}×"
+        note += (f" Over {len(r)} passes of the same build on that H100, q_len 4 took {took} a single-query decode; "
+                 "the rows are one of the passes at the median.")
     elif (r := passes(mq_rows("multi_query_tqbench_h100.txt", 1)[0])):
         note += (f" The H100 rows are one pass; over the {len(r)} passes of the build before it (the file's next "
                  f"table, the same q_len-4 plan) q_len 4 took {min(r):.2f}–{max(r):.2f}× a single-query decode.")
