@@ -323,11 +323,14 @@ struct ColumnChunks {
     base = dual ? cols / n : kQueryCols;
     rem = dual ? cols % n : 0;
   }
+  // fn(first column, columns per chunk, chunks) once per launch for the caller's params p: one launch of all n
+  // chunks where grid_chunks(p) takes them, else one launch per chunk
   template <class Fn>
-  void for_each(Fn&& fn) const {  // fn(first column, columns)
+  void for_each_launch(const DecodeParams& p, Fn&& fn) const {
+    if (grid_chunks(p) > 1) return fn(0, base, n);
     for (int i = 0, c0 = 0; i < n; ++i) {
       const int w = std::min(cols - c0, base + (i < rem ? 1 : 0));
-      fn(c0, w);
+      fn(c0, w, 1);
       c0 += w;
     }
   }
@@ -571,7 +574,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
         throw_error("paged_decode: plan does not match this shape (use plan_decode)");
       mq.chunk = ch.base;
       mq.chunk_rem = ch.rem;
-      // chunks columns c0 … c0 + chunks · cols − 1 in one launch (chunk z of it at blockIdx.z)
+      // columns c0 … c0 + chunks · cols − 1 in one launch (chunk z of it at blockIdx.z)
       auto launch = [&](int c0, int cols, int chunks) {
         const DecodeKernelSel sel{false, cols, plan.heads_per_cta, plan.warps_per_head,
                                   ch.dual ? QuerySlicing::both : QuerySlicing::one, false, true, plan.column_tiles};
@@ -581,10 +584,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
                                 dim3(grid.x, grid.y, unsigned(chunks)), plan.threads, plan.smem_bytes, stream, pdl);
         pdl = true;
       };
-      if (ch.grid_chunks(p_in) > 1)
-        launch(0, ch.base, ch.n);
-      else
-        ch.for_each([&](int c0, int cols) { launch(c0, cols, 1); });
+      ch.for_each_launch(p_in, launch);
     } else if (plan.column_tiles == 2) {  // 8 < G ≤ 16 in one launch, each warp both 8-column tiles (a.group = G)
       if (!two_query_slices(a.group) || column_tiles<C>(plan.heads_per_cta, a.group, planes) != 2 ||
           plan.threads != 32 * plan.heads_per_cta * plan.warps_per_head)
