@@ -25,6 +25,7 @@
 //
 // Reference ops on the CPU (the oracle the GPU ops are tested against):
 // encode_cpu (the CPU encoder's slot bytes) and decode_cpu (its decode).
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <mutex>
@@ -239,13 +240,22 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
   p.q_stride_head = p.o_stride_head = head_dim;
   p.q_stride_batch = p.o_stride_batch = q_len * num_heads * head_dim;
   p.q_stride_token = p.o_stride_token = p.q_len > 1 ? num_heads * head_dim : 0;
-  tq::cuda::DecodePlan plan;
+  int64_t need = 0;
   guarded(op, [&] {
     const std::string why = tq::cuda::decode_can_implement(f.gpu, c, p);
     TORCH_CHECK(why.empty(), "tqkit.decode: ", why);
-    plan = tq::cuda::plan_decode(f.gpu, c, p);
+    need = workspace_need(tq::cuda::plan_decode(f.gpu, c, p), num_seqs, q_len);
+    if (fused_multi_query(q_len)) {
+      // the same call with query_start_loc and max_query_len = q_len (decode's varlen branch): the planner
+      // deals those launches one column chunk at a time (it cannot read the counts), so its split count and
+      // workspace may be larger (32/8, d 128, 8 sequences of 8192 tokens, q_len 16, automatic splits: 35.9 MB against 10.6)
+      p.q_start = reinterpret_cast<const int32_t*>(256);
+      p.q_rows = num_seqs * q_len;
+      p.q_stride_batch = p.o_stride_batch = 0;
+      need = std::max(need, workspace_need(tq::cuda::plan_decode(f.gpu, c, p), num_seqs, q_len));
+    }
   });
-  return workspace_need(plan, num_seqs, q_len);
+  return need;
 }
 
 // The shape of a call with query_start_loc (qsl): query [num_tokens, num_heads, head_dim], num_seqs = qsl's

@@ -5,6 +5,7 @@ torch, CUDA or the built extension.
 
     PYTHONPATH=python python -m pytest -q python/tests
 """
+import itertools
 import json
 import math
 import os
@@ -262,6 +263,23 @@ def test_decode_with_query_start_loc_equals_the_padded_calls():
         one = tq.decode(q[starts[i]:starts[i + 1]][None], cache, table[i:i + 1], lens[i:i + 1], fmt, d ** -0.5,
                         num_splits=2)
         assert (out[starts[i]:starts[i + 1]].float() - one[0].float()).abs().max().item() < 2e-3
+
+
+def test_decode_workspace_bytes_covers_query_start_loc_with_automatic_splits():
+    # decode_workspace_bytes(q_len = max_query_len) must cover the varlen call, whose launches the planner
+    # deals one column chunk at a time: at 32/8, 8 sequences of 8192 tokens, counts 16,1x7 and automatic
+    # splits that call needs 3.4x the uniform call's workspace. The 16-query chunk against a call of its own.
+    fmt, d, kvh, hq, n = "turboquant_4bit_nc", 128, 8, 32, 8192
+    cache, table, lens, _ = paged_setup(fmt, d, [n] * 8, kvh, seed=21)
+    counts = [16] + [1] * 7
+    starts = [0, *itertools.accumulate(counts)]
+    q = torch.randn(starts[-1], hq, d, generator=gen(22)).half().to(DEV)
+    qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
+    ws = torch.empty(tq.decode_workspace_bytes(fmt, 8, 16, hq, kvh, d, 16, n), dtype=torch.uint8, device=DEV)
+    out = torch.empty_like(q)
+    tq.decode_out(out, q, cache, table, lens, ws, fmt, d ** -0.5, n, query_start_loc=qsl, max_query_len=16)
+    one = tq.decode(q[:16][None], cache, table[:1], lens[:1], fmt, d ** -0.5)
+    assert (out[:16].float() - one[0].float()).abs().max().item() < 2e-3
 
 
 def test_decode_with_query_start_loc_under_cuda_graph_replay():

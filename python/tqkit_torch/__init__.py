@@ -142,7 +142,8 @@ def store(key, value, kv_cache, slot_mapping, format: str, validate: bool = Fals
 
 def decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, head_dim, block_size, max_seq_len,
                            num_splits=0, dtype=torch.float16) -> int:
-    """Device bytes decode_out needs for these shapes (0 num_splits: automatic) and query dtype."""
+    """Device bytes decode_out needs for these shapes (0 num_splits: automatic) and query dtype: for q_len
+    queries per sequence, or with query_start_loc for max_query_len = q_len."""
     return _ops.decode_workspace_bytes(format, num_seqs, q_len, num_heads, num_kv_heads, head_dim, block_size,
                                        max_seq_len, num_splits, dtype == torch.bfloat16)
 
