@@ -25,7 +25,7 @@ q_len 1 ... 128 runs the fused multi-query decode: one launch whose kernel reads
 cache page once per 16 query columns (q_len x heads per kv head), causal within the
 chunk. decode_dense is the large-chunk path (dequant to fp16, then torch SDPA);
 decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len >=
-DENSE_MIN_Q_LEN (DENSE_MIN_Q_LEN_G1 below 4 query heads per kv head; measured
+DENSE_MIN_Q_LEN (DENSE_MIN_Q_LEN_SMALL_G below 8 query heads per kv head; measured
 crossover: see python/examples/bench_multi_query.py and experiments/results/kernels.md).
 With query_start_loc it decides per sequence: a chunk that takes_dense goes dense, the
 decodes beside it stay fused (two calls, each on its sequences' rows).
@@ -68,19 +68,20 @@ _register_fake_kernels()
 
 __all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
            "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "validate_query_start", "takes_dense",
-           "DENSE_MIN_Q_LEN", "DENSE_MIN_Q_LEN_G1"]
+           "DENSE_MIN_Q_LEN", "DENSE_MIN_Q_LEN_SMALL_G"]
 
 # decode() runs a chunk of q_len queries as dequant + SDPA (decode_dense) from DENSE_MIN_Q_LEN queries
-# (DENSE_MIN_Q_LEN_G1 where a kv head has fewer than 4 query heads), else in the fused kernel (at most
+# (DENSE_MIN_Q_LEN_SMALL_G where a kv head has fewer than 8 query heads), else in the fused kernel (at most
 # 128 queries). The crossover is a chunk length rather than a column count: the fused kernel reads the
 # cache once per 16 query columns of a kv head (q_len x G), and torch SDPA's grouped-query attention reads
-# the dense cache once per query head (G per kv head), so both grow with G. Measured (B 32, 32K, d 128,
-# turboquant_4bit_nc; python/examples/bench_multi_query.py, experiments/results/kernels/multi_query_*.jsonl):
-# 32/8 (H200) fused faster at q_len 32 (5.6 vs 8.6 ms), dense at 64 (8.4 vs 10.9); 64/8 (H100) fused at 32
-# (9.6 vs 15.9), level at 48 (14.6 vs 15.9); 128/8 (H100) fused at 32 (20.1 vs 28.8), level at 48, dense at
-# 64 (29.9 vs 38.7); 16/16 (H100) fused up to 64 (7.0 vs 7.5), dense at 96 (8.1 vs 10.3).
-DENSE_MIN_Q_LEN = 48
-DENSE_MIN_Q_LEN_G1 = 72
+# the dense cache once per query head (G per kv head), so both grow with G. Measured on one H100 with the
+# kernels of main at 938b07d (B 32, 32K, d 128, turboquant_4bit_nc, ms fused vs dense;
+# python/examples/bench_multi_query.py, experiments/results/kernels/multi_query_crossover.jsonl):
+# 16/16 64: 5.8 vs 7.4, 96: 8.9 vs 7.7; 16/8 64: 4.0 vs 6.0, 96: 5.8 vs 5.4; 32/8 64: 7.3 vs 8.7,
+# 96: 10.7 vs 9.3; 64/8 48: 10.8 vs 16.0, 64: 14.3-14.6 vs 14.8-15.9 (level), 96: 26.3 vs 15.1;
+# 128/8 48: 25.7 vs 28.5, 64: 30.2 vs 28.9.
+DENSE_MIN_Q_LEN = 64
+DENSE_MIN_Q_LEN_SMALL_G = 80
 
 
 def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
@@ -88,7 +89,7 @@ def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
     if q_len > 128:
         return True
     group = num_heads // max(1, num_kv_heads)
-    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= 4 else DENSE_MIN_Q_LEN_G1)
+    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= 8 else DENSE_MIN_Q_LEN_SMALL_G)
 
 
 def slot_bytes(format: str, head_dim: int) -> int:
