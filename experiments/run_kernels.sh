@@ -371,9 +371,11 @@ if has torch; then
 fi
 
 if has crossover; then
-  # Fused multi-query decode against dequant + SDPA around the crossover of tqkit_torch.takes_dense at G 8, 16,
-  # 1 and 2 (needs the extension the torch step builds); rows appended to multi_query_crossover.jsonl.
-  for spec in "64 8 8,16,24,32,48,64" "128 8 8,16,32,48,64" "16 16 32,48,64,96" "16 8 32,48,64,96"; do
+  # Fused multi-query decode against dequant + SDPA around the crossover of tqkit_torch.takes_dense (q_len 64 at
+  # G >= 8, 80 below) at G 8, 16, 1, 2 and 4 (needs the extension the torch step builds); rows appended to
+  # multi_query_crossover.jsonl.
+  for spec in "64 8 8,16,32,48,64,80,96" "128 8 8,16,32,48,64,72" "16 16 32,48,64,80,96" "16 8 32,48,64,80,96" \
+      "32 8 32,48,64,80,96"; do
     set -- $spec
     (cd "$ROOT" && PYTHONPATH=python timeout 150 python3 python/examples/bench_multi_query.py --heads $1 \
       --kv-heads $2 --q-lens $3 --json "$OUT/multi_query_crossover.jsonl") 2>> "$OUT/errors.log" ||
