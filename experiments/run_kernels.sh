@@ -31,7 +31,7 @@
 # decode of known models' shapes against our FP16 and SDPA), torch.log + op_overhead.jsonl (torch: the
 # python/ extension built in place, its pytest suite, the op's overhead over its kernels), planner.jsonl +
 # planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
-# python/examples/bench_multi_query.py at G 1, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
+# python/examples/bench_multi_query.py at G 1, 2, 4, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
 # activations against fp16, interleaved), mma_peak.txt (mma: the tensor cores' ceilings, experiments/mma_peak.cu
 # and wgmma_peak.cu), mq64_proto.txt (mq64: experiments/mq64_proto.cu's check and timings), varlen.txt (varlen); a summary table is
 # printed last.
