@@ -207,6 +207,16 @@ tq::cuda::DecodeParams decode_params(const DecodeShape& s, const tq::cuda::Block
   return p;
 }
 
+// decode's launch form with query_start_loc (q_start on the device, rows query rows): query j of sequence i at row
+// q_start[i] + j (token strides q_token, o_token), no batch stride. decode_workspace_bytes plans the same form.
+void set_varlen(tq::cuda::DecodeParams& p, const int32_t* q_start, int64_t rows, int64_t q_token, int64_t o_token) {
+  p.q_stride_token = q_token;
+  p.o_stride_token = o_token;
+  p.q_stride_batch = p.o_stride_batch = 0;
+  p.q_start = q_start;
+  p.q_rows = rows;
+}
+
 // The workspace a decode call of num_seqs sequences and q_len queries needs with `plan`: the plan's part, aligned
 // to kLensAlign, then (chunks longer than the fused kernel takes) the per-launch seq_lens.
 int64_t workspace_need(const tq::cuda::DecodePlan& plan, int64_t num_seqs, int64_t q_len) {
@@ -248,10 +258,9 @@ int64_t decode_workspace_bytes(const std::string& format, int64_t num_seqs, int6
     if (fused_multi_query(q_len)) {
       // the same call with query_start_loc and max_query_len = q_len (decode's varlen branch): the planner
       // deals those launches one column chunk at a time (it cannot read the counts), so its split count and
-      // workspace may be larger (32/8, d 128, 8 sequences of 8192 tokens, q_len 16, automatic splits: 35.9 MB against 10.6)
-      p.q_start = reinterpret_cast<const int32_t*>(256);
-      p.q_rows = num_seqs * q_len;
-      p.q_stride_batch = p.o_stride_batch = 0;
+      // workspace may be larger (32/8, d 128, 8 sequences of 8192 tokens, q_len 16, automatic splits:
+      // 35.9 MB against 10.6)
+      set_varlen(p, reinterpret_cast<const int32_t*>(256), num_seqs * q_len, p.q_stride_token, p.o_stride_token);
       need = std::max(need, workspace_need(tq::cuda::plan_decode(f.gpu, c, p), num_seqs, q_len));
     }
   });
@@ -314,11 +323,7 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   p.out = out.data_ptr();
   const bool fused = fused_multi_query(s.q_len);
   if (fused && varlen) {  // one launch; query j of sequence i at row query_start_loc[i] + j
-    p.q_stride_token = query.stride(0);
-    p.o_stride_token = out.stride(0);
-    p.q_stride_batch = p.o_stride_batch = 0;
-    p.q_start = query_start_loc->data_ptr<int32_t>();
-    p.q_rows = query.size(0);
+    set_varlen(p, query_start_loc->data_ptr<int32_t>(), query.size(0), query.stride(0), out.stride(0));
   } else if (fused) {  // one launch for the chunk
     p.q_stride_token = query.stride(1);
     p.o_stride_token = out.stride(1);
