@@ -48,6 +48,7 @@ import itertools
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.tqkit)
+from .dense_rule import DENSE_MIN_Q_LEN, DENSE_MIN_Q_LEN_SMALL_G, takes_dense
 
 _ops = torch.ops.tqkit
 
@@ -69,27 +70,6 @@ _register_fake_kernels()
 __all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
            "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "validate_query_start", "takes_dense",
            "DENSE_MIN_Q_LEN", "DENSE_MIN_Q_LEN_SMALL_G"]
-
-# decode() runs a chunk of q_len queries as dequant + SDPA (decode_dense) from DENSE_MIN_Q_LEN queries
-# (DENSE_MIN_Q_LEN_SMALL_G where a kv head has fewer than 8 query heads), else in the fused kernel (at most
-# 128 queries). The crossover is a chunk length rather than a column count: the fused kernel reads the
-# cache once per 16 query columns of a kv head (q_len x G), and torch SDPA's grouped-query attention reads
-# the dense cache once per query head (G per kv head), so both grow with G. Measured on one H100 with the
-# kernels of main at 938b07d (B 32, 32K, d 128, turboquant_4bit_nc, ms fused vs dense;
-# python/examples/bench_multi_query.py, experiments/results/kernels/multi_query_crossover.jsonl):
-# 16/16 64: 5.8 vs 7.4, 96: 8.9 vs 7.7; 16/8 64: 4.0 vs 6.0, 96: 5.8 vs 5.4; 32/8 64: 7.3 vs 8.7,
-# 96: 10.7 vs 9.3; 64/8 48: 10.8 vs 16.0, 64: 14.3-14.6 vs 14.8-15.9 (level), 96: 26.3 vs 15.1;
-# 128/8 48: 25.7 vs 28.5, 64: 30.2 vs 28.9.
-DENSE_MIN_Q_LEN = 64
-DENSE_MIN_Q_LEN_SMALL_G = 80
-
-
-def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
-    """Whether decode() runs a chunk of q_len queries as decode_dense (else the fused kernel)."""
-    if q_len > 128:
-        return True
-    group = num_heads // max(1, num_kv_heads)
-    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= 8 else DENSE_MIN_Q_LEN_SMALL_G)
 
 
 def slot_bytes(format: str, head_dim: int) -> int:
