@@ -15,6 +15,7 @@ without a GPU or torch.
 # 128/8 48: 25.7 vs 28.5, 64: 30.2 vs 28.9.
 DENSE_MIN_Q_LEN = 64
 DENSE_MIN_Q_LEN_SMALL_G = 80
+DENSE_LARGE_G = 8  # query heads per kv head from which DENSE_MIN_Q_LEN applies (DENSE_MIN_Q_LEN_SMALL_G below)
 
 
 def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
@@ -22,4 +23,4 @@ def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
     if q_len > 128:
         return True
     group = num_heads // max(1, num_kv_heads)
-    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= 8 else DENSE_MIN_Q_LEN_SMALL_G)
+    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= DENSE_LARGE_G else DENSE_MIN_Q_LEN_SMALL_G)

@@ -14,9 +14,8 @@ rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
 rows = [r for r in rows if "fused_ms" in r and "dense_ms" in r]
 if len(rows) < 20:
     sys.exit(f"only {len(rows)} measured rows")
-if len(sys.argv) > 3:  # another rule: the thresholds at G >= 8 and below, and the group size between them
-    hi, lo, g = map(int, sys.argv[3:6])
-    rule.takes_dense = lambda q, h, kv: q > 128 or (q > 1 and q >= (hi if h // max(1, kv) >= g else lo))
+if len(sys.argv) > 3:  # the same rule with other thresholds: large-G q_len, small-G q_len, the G between them
+    rule.DENSE_MIN_Q_LEN, rule.DENSE_MIN_Q_LEN_SMALL_G, rule.DENSE_LARGE_G = map(int, sys.argv[3:6])
 wrong = [r for r in rows if abs(r["dense_ms"] / r["fused_ms"] - 1) > 0.1 and
          rule.takes_dense(r["q_len"], r["heads"], r["kv_heads"]) != (r["dense_ms"] < r["fused_ms"])]
 for r in wrong:
