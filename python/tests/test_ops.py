@@ -214,16 +214,16 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
 
 @pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_3bit_nc", "turbo3"])
 @pytest.mark.parametrize("counts, seq_lens", [([4, 1, 16, 2], [301, 17, 12, 129]), ([1, 1, 1, 1], [301, 17, 64, 129]),
-                                              ([60, 3, 50, 1], [301, 17, 64, 129]), ([60, 50], [301, 64]),
-                                              ([200, 1, 3, 60], [900, 50, 300, 61]), ([50, 2], [30, 100])])
+                                              ([90, 3, 84, 1], [301, 17, 100, 129]), ([90, 84], [301, 100]),
+                                              ([200, 1, 3, 90], [900, 50, 300, 91]), ([90, 2], [30, 100])])
 def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_lens):
     # vLLM's varlen layout: query [num_tokens, heads, d], sequence i's queries in rows query_start_loc[i] ...;
     # query j of a sequence with n queries sees positions [0, seq_len - n + j]. Each sequence takes
     # decode_dense where takes_dense(its count) and it holds its queries (or its count is over 128), else the
     # fused kernel. [4, 1, 16, 2]: fused (max 16), sequence 2's 16 queries on 12 tokens (its first 4 see
-    # nothing: zero rows); [1, 1, 1, 1]: max_query_len 1, the single-query path; [60, 50]: all dense (G 4);
-    # [60, 3, 50, 1] and [200, 1, 3, 60]: chunks dense, the rest fused (two calls on their rows; 200 is
-    # beyond the fused kernel); [50, 2]: 50 queries on 30 tokens stay fused.
+    # nothing: zero rows); [1, 1, 1, 1]: max_query_len 1, the single-query path; [90, 84]: all dense (G 4:
+    # from 80 queries); [90, 3, 84, 1] and [200, 1, 3, 90]: chunks dense, the rest fused (two calls on their
+    # rows; 200 is beyond the fused kernel); [90, 2]: 90 queries on 30 tokens stay fused.
     d, kvh, hq = 128, 2, 8
     cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=13)
     starts = [0]
