@@ -3,12 +3,14 @@
 #
 #   bash experiments/run_kernels.sh [steps]      steps: comma list of
 #        probe,build,test,sanitize,bench,sdpa,text,profile,realkv,models,torch,planner,crossover,bf16,mma,mq64,
-#        shapes,mq,varlen,trace
+#        shapes,mq,varlen,trace,paths
 #        (default: the first six)
 #   shapes: the issue's shapes (32/8, 64/8, 128/8, 32/4, 16/2 at 32K) and SDPA on each, into shapes.txt (SHAPE_FORMATS);
 #   mq: the multi-query table (--q-len 2,4,16 at 32/8) into multi_query.txt; varlen: tq-bench --q-counts
 #   (a query count per sequence: 16,1x31, 128,1x31, 4x8,1x24, 16x32 at 32/8) into varlen.txt; trace: stage 1's
-#   phases per CTA from a TQ_DECODE_TRACE build (TRACE_FORMATS, TRACE_SHAPES "16/2 32/8", TRACE_CTX) into trace.txt
+#   phases per CTA from a TQ_DECODE_TRACE build (TRACE_FORMATS, TRACE_SHAPES "16/2 32/8", TRACE_CTX) into trace.txt;
+#   paths: python/examples/bench_varlen.py (the fused launch against decode_rows for query-count patterns at G 1, 2,
+#   4, 8, 16; needs the extension the torch step builds) into varlen_paths.jsonl
 #   env: BENCH_CTX ("4096 32768"), BENCH_PAGES ("shuffled"; or "shuffled sequential"),
 #        BENCH_FORMATS (tq-bench --format list), BENCH_LAYOUT (tq-bench --layout: vllm, planes
 #        or both (default): the plane-layout rows for the formats that have one),
@@ -380,6 +382,19 @@ if has crossover; then
     (cd "$ROOT" && PYTHONPATH=python timeout 150 python3 python/examples/bench_multi_query.py --heads $1 \
       --kv-heads $2 --q-lens $3 --json "$OUT/multi_query_crossover.jsonl") 2>> "$OUT/errors.log" ||
       { status=1; echo "bench_multi_query $spec failed:"; tail -5 "$OUT/errors.log"; }
+  done
+fi
+
+if has paths; then
+  # A query count per sequence through tqkit_torch.decode: the fused launch against decode_rows (every query a
+  # single-query row) for bench_varlen.py's patterns, 4bit_nc at G 1, 2, 4, 8 and 16 and k3v4_nc at G 4; rows
+  # appended to varlen_paths.jsonl, which tests/cli/decode_paths.sh checks takes_rows against.
+  for spec in "turboquant_4bit_nc 16 16" "turboquant_4bit_nc 16 8" "turboquant_4bit_nc 32 8" \
+      "turboquant_k3v4_nc 32 8" "turboquant_4bit_nc 64 8" "turboquant_4bit_nc 128 8"; do
+    set -- $spec
+    (cd "$ROOT" && PYTHONPATH=python timeout 150 python3 python/examples/bench_varlen.py --format $1 --heads $2 \
+      --kv-heads $3 --json "$OUT/varlen_paths.jsonl") 2>> "$OUT/errors.log" ||
+      { status=1; echo "bench_varlen $spec failed:"; tail -5 "$OUT/errors.log"; }
   done
 fi
 

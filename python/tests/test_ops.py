@@ -213,18 +213,27 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
 
 
 @pytest.mark.parametrize("fmt", ["turboquant_4bit_nc", "turboquant_3bit_nc", "turbo3"])
-@pytest.mark.parametrize("counts, seq_lens", [([4, 1, 16, 2], [301, 17, 12, 129]), ([1, 1, 1, 1], [301, 17, 64, 129]),
-                                              ([90, 3, 84, 1], [301, 17, 100, 129]), ([90, 84], [301, 100]),
-                                              ([200, 1, 3, 90], [900, 50, 300, 91]), ([90, 2], [30, 100])])
-def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_lens):
+@pytest.mark.parametrize("counts, seq_lens, auto", [
+    ([4, 1, 16, 2], [301, 17, 12, 129], "fused"), ([1, 1, 1, 1], [301, 17, 64, 129], "fused"),
+    ([90, 3, 84, 1], [301, 17, 100, 129], "dense+fused"), ([90, 84], [301, 100], "dense"),
+    ([200, 1, 3, 90], [900, 50, 300, 91], "dense+fused"), ([90, 2], [30, 100], "fused"),
+    ([16] + [1] * 29, [301, 12] + [5 + 11 * i for i in range(28)], "rows"),
+    ([90, 8] + [1] * 14, [301, 6] + [3 + 19 * i for i in range(14)], "dense+rows")])
+@pytest.mark.parametrize("path", [None, "rows"])
+def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_lens, auto, path):
     # vLLM's varlen layout: query [num_tokens, heads, d], sequence i's queries in rows query_start_loc[i] ...;
-    # query j of a sequence with n queries sees positions [0, seq_len - n + j]. Each sequence takes
-    # decode_dense where takes_dense(its count) and it holds its queries (or its count is over 128), else the
-    # fused kernel. [4, 1, 16, 2]: fused (max 16), sequence 2's 16 queries on 12 tokens (its first 4 see
-    # nothing: zero rows); [1, 1, 1, 1]: max_query_len 1, the single-query path; [90, 84]: all dense (G 4:
-    # from 80 queries); [90, 3, 84, 1] and [200, 1, 3, 90]: chunks dense, the rest fused (two calls on their
-    # rows; 200 is beyond the fused kernel); [90, 2]: 90 queries on 30 tokens stay fused.
+    # query j of a sequence with n queries sees positions [0, seq_len - n + j]. path None: each sequence
+    # takes decode_dense where goes_dense (takes_dense(its count) and it holds its queries, or a count over
+    # 128), the rest one fused launch or, where takes_rows, decode_rows. [4, 1, 16, 2]: fused (max 16),
+    # sequence 2's 16 queries on 12 tokens (its first 4 see nothing: zero rows); [1, 1, 1, 1]:
+    # max_query_len 1, the single-query path; [90, 84]: all dense (G 4: from 80 queries); [90, 3, 84, 1] and
+    # [200, 1, 3, 90]: chunks dense, the rest fused (two calls on their rows; 200 is beyond the fused
+    # kernel); [90, 2]: 90 queries on 30 tokens stay fused; [16, 1 x 29]: rows (4 fused passes for one
+    # sequence, 45 rows for 30), 16 queries on 301 tokens; [90, 8, 1 x 14]: 90 dense, the rest rows (the 8
+    # queries on 6 tokens: two zero rows). path 'rows': every query a single-query row. auto: decode()'s
+    # paths for path None (asserted, so a moved rule cannot silently drop a path from this test).
     d, kvh, hq = 128, 2, 8
+    assert tq.varlen_path(counts, seq_lens, hq, kvh) == auto
     cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=13)
     starts = [0]
     for n in counts:
@@ -232,21 +241,45 @@ def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_l
     q = torch.randn(starts[-1], hq, d, generator=gen(14)).half()
     qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
     scale = d ** -0.5
-    out = tq.decode(q.to(DEV), cache, table, lens, fmt, scale, validate=True, query_start_loc=qsl).float().cpu()
+    out = tq.decode(q.to(DEV), cache, table, lens, fmt, scale, validate=True, query_start_loc=qsl,
+                    path=path).float().cpu()
     worst = 0.0
     for i, n in enumerate(seq_lens):
         k, v = cpu_kv(cache, table, i, n, fmt, d)
-        dense = counts[i] > 128 or (tq.takes_dense(counts[i], hq, kvh) and n >= counts[i])
+        dense = path is None and tq.paths.goes_dense(counts[i], n, hq, kvh)
         if dense:  # decode_dense attends over the fp16-rounded dequant (as above)
             k, v = k.half().float(), v.half().float()
         for j in range(counts[i]):
             visible = n - counts[i] + 1 + j
-            if visible <= 0:  # no position yet: the fused kernel writes zeros
+            if visible <= 0:  # no position yet: the fused kernel (and a row of no positions) writes zeros
                 assert not dense and torch.equal(out[starts[i] + j], torch.zeros_like(out[starts[i] + j]))
                 continue
             ref = reference_attention(q[starts[i] + j].float(), k[:visible], v[:visible], scale)
             worst = max(worst, row_error(out[starts[i] + j], ref, torch.float16))
     assert worst <= 1e-3, worst
+
+
+def test_decode_with_query_start_loc_runs_each_path_on_the_rows_varlen_path_gives_it(monkeypatch):
+    # decode() calls decode_dense, decode_rows and the fused launch on exactly the rows of the sequences
+    # tqkit_torch.paths assigns them (spies around the three; the outputs are the float64 test's business)
+    fmt, d, kvh, hq = "turboquant_4bit_nc", 128, 2, 8
+    calls = []
+    for name in ("decode_dense", "decode_rows", "_decode_fused"):
+        real = getattr(tq, name)
+        monkeypatch.setattr(tq, name, lambda q, *a, _n=name, _f=real, **k: calls.append((_n, q.shape[0])) or
+                            _f(q, *a, **k))
+    # (decode_rows runs its rows through the fused launch's allocating form, with one query per row)
+    for counts, expect in (([16] + [1] * 29, [("decode_rows", 45), ("_decode_fused", 45)]),
+                           ([4, 1, 16, 2], [("_decode_fused", 23)]),
+                           ([90, 8] + [1] * 14, [("decode_dense", 90), ("decode_rows", 22), ("_decode_fused", 22)])):
+        seq_lens = [300] * len(counts)
+        cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=23)
+        starts = [0, *itertools.accumulate(counts)]
+        q = torch.randn(starts[-1], hq, d, generator=gen(24)).half().to(DEV)
+        qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
+        calls.clear()
+        tq.decode(q, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl)
+        assert calls == expect, counts
 
 
 def test_decode_with_query_start_loc_equals_the_padded_calls():
@@ -342,6 +375,14 @@ def test_decode_with_query_start_loc_refuses_bad_arguments_by_name():
                   query_start_loc=torch.tensor([0, 3, 4], dtype=torch.int32, device=DEV))
     with pytest.raises(ValueError, match="sequence 0 has 3 queries, not 1 ... max_query_len 2"):
         tq.decode(q, cache, table, lens, fmt, 0.1, validate=True, query_start_loc=qsl, max_query_len=2)
+    with pytest.raises(ValueError, match="path: 'padded' is not 'fused', 'dense', 'rows' or None"):
+        tq.decode(q, cache, table, lens, fmt, 0.1, query_start_loc=qsl, path="padded")
+    with pytest.raises(ValueError, match="path: 'rows' needs query_start_loc"):
+        tq.decode(q[:2], cache, table, lens, fmt, 0.1, path="rows")
+    with pytest.raises(ValueError, match=r"query_start_loc: 2 sequences, but seq_lens has 1 and block_table 2"):
+        tq.decode_rows(q, cache, table, lens[:1], fmt, 0.1, qsl)
+    with pytest.raises(ValueError, match=r"query: decode_rows needs \[num_tokens"):
+        tq.decode_rows(q[None], cache, table, lens, fmt, 0.1, qsl)
 
 
 @pytest.mark.parametrize("seq_lens", [[301, 80, 64, 70], [301, 17, 64, 70]])
@@ -362,7 +403,7 @@ def test_decode_at_g8_takes_the_dense_path_only_where_every_sequence_holds_its_c
             k, v = k.half().float(), v.half().float()
         for j in range(q_len):
             visible = n - q_len + 1 + j
-            if visible <= 0:  # no position yet: the fused kernel writes zeros
+            if visible <= 0:  # no position yet: the fused kernel (and a row of no positions) writes zeros
                 assert not dense and torch.equal(out[i, j], torch.zeros_like(out[i, j]))
                 continue
             ref = reference_attention(q[i, j].float(), k[:visible], v[:visible], scale)

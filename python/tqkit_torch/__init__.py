@@ -28,7 +28,9 @@ decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len >=
 DENSE_MIN_Q_LEN (DENSE_MIN_Q_LEN_SMALL_G below 8 query heads per kv head; measured
 crossover: see python/examples/bench_multi_query.py and experiments/results/kernels.md).
 With query_start_loc it decides per sequence: a chunk that takes_dense goes dense, the
-decodes beside it stay fused (two calls, each on its sequences' rows).
+decodes beside it stay fused (two calls, each on its sequences' rows), or, where a few
+chunks need more than one fused pass among single-query decodes (takes_rows), run as
+decode_rows: every query a single-query row. tqkit_torch.paths holds the rules.
 
 Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,
 turbo2, turbo3, turbo4, turbo4-qjl (and mse/fp8 + u3/u4 specs); head_dim 64, 128, 256.
@@ -40,7 +42,7 @@ capture. The wrappers decode / dequant allocate their outputs (not for capture).
 torch.compile / torch.export: store, decode and dequant have fake kernels (they write into the
 tensors passed and return nothing), so store, decode_out and dequant_out trace without a graph
 break. The allocating forms read lengths on the host (dequant always, decode where takes_dense
-holds), which breaks a compiled graph there.
+holds or, with query_start_loc, where reads_counts does), which breaks a compiled graph there.
 """
 
 import itertools
@@ -48,7 +50,8 @@ import itertools
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.tqkit)
-from .dense_rule import DENSE_MIN_Q_LEN, DENSE_MIN_Q_LEN_SMALL_G, takes_dense
+from .paths import (DENSE_MIN_Q_LEN, DENSE_MIN_Q_LEN_SMALL_G, goes_dense, reads_counts, takes_dense, takes_rows,
+                    varlen_path)
 
 _ops = torch.ops.tqkit
 
@@ -67,9 +70,9 @@ def _register_fake_kernels():
 
 _register_fake_kernels()
 
-__all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_workspace_bytes", "dequant",
-           "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "validate_query_start", "takes_dense",
-           "DENSE_MIN_Q_LEN", "DENSE_MIN_Q_LEN_SMALL_G"]
+__all__ = ["slot_bytes", "store", "decode", "decode_out", "decode_dense", "decode_rows", "decode_workspace_bytes",
+           "dequant", "dequant_out", "encode_cpu", "decode_cpu", "validate_indices", "validate_query_start",
+           "takes_dense", "takes_rows", "varlen_path", "DENSE_MIN_Q_LEN", "DENSE_MIN_Q_LEN_SMALL_G"]
 
 
 def slot_bytes(format: str, head_dim: int) -> int:
@@ -155,11 +158,16 @@ def decode_out(out, query, kv_cache, block_table, seq_lens, workspace, format: s
 
 
 def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
-           num_splits: int = 0, validate: bool = False, query_start_loc=None, max_query_len: int = None):
-    """Allocating form of decode_out (decode_dense where takes_dense(q_len, num_heads, num_kv_heads); with
-    query_start_loc, per sequence).
+           num_splits: int = 0, validate: bool = False, query_start_loc=None, max_query_len: int = None,
+           path: str = None):
+    """Allocating form of decode_out, on the path tqkit_torch.paths picks: decode_dense where takes_dense(q_len,
+    num_heads, num_kv_heads); with query_start_loc per sequence (goes_dense), and the rest as one fused launch
+    or, where takes_rows, as decode_rows. path ('fused', 'dense', 'rows'; rows needs query_start_loc) forces
+    one path for the whole batch.
     max_seq_len defaults to block_table's capacity; with query_start_loc, max_query_len to the largest
     count (read on the host)."""
+    if path not in (None, "fused", "dense", "rows"):
+        raise ValueError(f"path: {path!r} is not 'fused', 'dense', 'rows' or None")
     if max_seq_len is None:
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
     if query_start_loc is not None:
@@ -168,6 +176,8 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
                              f"{tuple(query.shape)}")
         if max_query_len is None:
             max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
+    elif path == "rows":
+        raise ValueError("path: 'rows' needs query_start_loc")
     if validate:
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
         _validate_query(query)
@@ -175,53 +185,51 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
             validate_query_start(query_start_loc, query.shape[0], max_query_len)
     if query_start_loc is not None:
         return _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
-                              query_start_loc, max_query_len)
+                              query_start_loc, max_query_len, path)
     _, q_len, heads, _ = _qshape(query)
     kvh = kv_cache.shape[2]
     # (every sequence must hold its chunk: the shortest decides; the dense path reads seq_lens on the host anyway)
-    if takes_dense(q_len, heads, kvh) and _goes_dense(q_len, int(seq_lens.min()) if seq_lens.numel() else 0, heads,
-                                                       kvh):
+    if path == "dense" or (path is None and takes_dense(q_len, heads, kvh) and goes_dense(
+            q_len, int(seq_lens.min()) if seq_lens.numel() else 0, heads, kvh)):
         return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
     return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits)
 
 
-def _goes_dense(count, seq_len, heads, kvh):
-    """decode()'s path for a sequence of `count` queries over seq_len tokens: decode_dense where takes_dense and the
-    sequence holds its queries (a shorter one stays on the fused kernel, which masks its first queries), or where
-    count > 128, beyond the fused kernel."""
-    return count > 128 or (takes_dense(count, heads, kvh) and seq_len >= count)
-
-
 def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
-                   max_query_len):
-    """decode() with query_start_loc. Each sequence takes the faster path for its own count: decode_dense where
-    takes_dense(count, ...) and it holds its queries (or count > 128, beyond the fused kernel), the fused kernel
-    otherwise. A batch split between them (a long chunk next to decodes, as vLLM schedules a chunked prefill)
-    runs two calls on its sequences' rows."""
+                   max_query_len, path):
+    """decode() with query_start_loc (path None: per sequence, tqkit_torch.paths.varlen_path). A batch split
+    between paths (a long chunk next to decodes, as vLLM schedules a chunked prefill) runs one call per path
+    on its sequences' rows."""
     b, heads, kvh = query_start_loc.shape[0] - 1, query.shape[1], kv_cache.shape[2]
-    dense, fused = [], list(range(b))
-    if takes_dense(max_query_len, heads, kvh):  # (only then may a sequence take it: counts and lengths on the host)
-        starts, lens = query_start_loc.tolist(), seq_lens.tolist()
-        counts = [starts[i + 1] - starts[i] for i in range(b)]
-        fused = []
-        for i in range(b):
-            (dense if _goes_dense(counts[i], lens[i], heads, kvh) else fused).append(i)
-    if not fused:
-        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
-                            query_start_loc=query_start_loc)
-    if not dense:
-        return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits,
-                             query_start_loc, max_query_len)
+
+    def run(part, q, qsl, idx, mq):
+        t, lens = (block_table, seq_lens) if idx is None else (block_table[idx], seq_lens[idx])
+        if part == "dense":
+            return decode_dense(q, kv_cache, t, lens, format, scale, max_seq_len, query_start_loc=qsl)
+        if part == "rows":
+            return decode_rows(q, kv_cache, t, lens, format, scale, qsl, max_seq_len, num_splits)
+        return _decode_fused(q, kv_cache, t, lens, format, scale, max_seq_len, num_splits, qsl, mq)
+
+    if path is not None:
+        return run(path, query, query_start_loc, None, max_query_len)
+    if not reads_counts(max_query_len, heads, kvh):  # one fused pass: no counts needed on the host
+        return run("fused", query, query_start_loc, None, max_query_len)
+    starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+    counts = [starts[i + 1] - starts[i] for i in range(b)]
+    on_dense = [goes_dense(counts[i], lens[i], heads, kvh) for i in range(b)]
+    dense = [i for i in range(b) if on_dense[i]]
+    rest = [i for i in range(b) if not on_dense[i]]
+    rest_path = "rows" if takes_rows([counts[i] for i in rest], heads, kvh) else "fused"
+    if not rest or not dense:
+        return run("dense" if not rest else rest_path, query, query_start_loc, None, max_query_len)
     out = torch.empty_like(query)
-    for seqs, dense_part in ((dense, True), (fused, False)):
+    for seqs, part in ((dense, "dense"), (rest, rest_path)):
         idx = torch.tensor(seqs, dtype=torch.int64, device=query.device)
         rows = torch.tensor([r for i in seqs for r in range(starts[i], starts[i + 1])], dtype=torch.int64,
                             device=query.device)  # (one copy to the device, not one arange per sequence)
         part_counts = [counts[i] for i in seqs]
         qsl = torch.tensor([0] + list(itertools.accumulate(part_counts)), dtype=torch.int32, device=query.device)
-        args = (query[rows], kv_cache, block_table[idx], seq_lens[idx], format, scale, max_seq_len)
-        out[rows] = (decode_dense(*args, query_start_loc=qsl) if dense_part else
-                     _decode_fused(*args, num_splits, qsl, max(part_counts)))
+        out[rows] = run(part, query[rows], qsl, idx, max(part_counts))
     return out
 
 
@@ -324,6 +332,31 @@ def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: flo
     for i, o in enumerate(_sdpa_per_sequence(query, k, v, lens, scale)):
         out[i] = o
     return out
+
+
+def decode_rows(query, kv_cache, block_table, seq_lens, format: str, scale: float, query_start_loc,
+                max_seq_len: int = None, num_splits: int = 0):
+    """A batch with query_start_loc as one single-query decode with every query a row of its own: query j of
+    a sequence with n queries becomes a row with that sequence's block-table row and seq_len - n + 1 + j
+    positions (no position: a zero row, as the fused kernel writes). What a decode-only kernel runs; each
+    row reads its positions, so a sequence's cache is read once per query, but the rows are dealt over the
+    GPU as evenly as single-query decodes. query [num_tokens, num_heads, head_dim]; nothing is read on the
+    host (the rows' block tables and lengths are built on the device)."""
+    if query.dim() != 3:
+        raise ValueError(f"query: decode_rows needs [num_tokens, num_heads, head_dim], got {tuple(query.shape)}")
+    if max_seq_len is None:
+        max_seq_len = block_table.shape[1] * kv_cache.shape[1]
+    num_tokens, b = query.shape[0], query_start_loc.shape[0] - 1
+    if b != seq_lens.shape[0] or b != block_table.shape[0]:
+        raise ValueError(f"query_start_loc: {b} sequences, but seq_lens has {seq_lens.shape[0]} and block_table "
+                         f"{block_table.shape[0]} rows")
+    starts = query_start_loc.to(torch.int64)
+    counts = starts[1:] - starts[:-1]
+    seq = torch.repeat_interleave(torch.arange(b, device=query.device), counts, output_size=num_tokens)
+    j = torch.arange(num_tokens, device=query.device) - starts[seq]  # the row's place in its sequence's chunk
+    row_lens = (seq_lens.to(torch.int64)[seq] - counts[seq] + 1 + j).clamp_(min=0).to(torch.int32)
+    return _decode_fused(query, kv_cache, block_table.index_select(0, seq), row_lens, format, scale, max_seq_len,
+                         num_splits)
 
 
 def _sdpa_per_sequence(queries, k, v, lens, scale):

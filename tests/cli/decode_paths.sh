@@ -1,4 +1,4 @@
-# tqkit_torch.takes_dense (python/tqkit_torch/dense_rule.py, no torch needed) against the fused-vs-dense rows
+# tqkit_torch.takes_dense (python/tqkit_torch/paths.py, no torch needed) against the fused-vs-dense rows
 # that python/examples/bench_multi_query.py measured with the current kernels
 # (experiments/results/kernels/multi_query_crossover.jsonl): wherever the two paths differ by more than 10%,
 # the rule picks the faster one. The rule of the older kernels (48 queries at G >= 4, 72 below) must fail
@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.bash"
 
 cat > "$TMP/check.py" <<'PY'
 import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("dense_rule", sys.argv[1])
+spec = importlib.util.spec_from_file_location("paths", sys.argv[1])
 rule = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rule)
 rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
@@ -23,7 +23,7 @@ for r in wrong:
 print(f"{len(rows)} rows, {len(wrong)} on the slower path")
 sys.exit(1 if wrong else 0)
 PY
-RULE="$SRC/python/tqkit_torch/dense_rule.py"
+RULE="$SRC/python/tqkit_torch/paths.py"
 ROWS="$SRC/experiments/results/kernels/multi_query_crossover.jsonl"
 run python3 "$TMP/check.py" "$RULE" "$ROWS"; expect_rc 0; expect_out ", 0 on the slower path"
 run python3 "$TMP/check.py" "$RULE" "$ROWS" 48 72 4; expect_rc 1; expect_out "32/8 q_len 48"

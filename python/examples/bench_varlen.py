@@ -1,0 +1,103 @@
+"""Batches with a query count per sequence (vLLM's query_start_loc): which path is faster?
+
+For each count pattern, on one shape and one cache (vLLM's paged TurboQuant layout, every sequence ctx
+tokens long, query j of a sequence with n queries seeing positions [0, ctx - n + j]), times in the same
+run (CUDA events, median of --reps, each an allocating eager call of decode() with its path forced):
+
+  fused  the fused multi-query kernel with query_start_loc: one launch, each sequence's cache read once
+         per 16 query columns (its count x heads per kv head), the launch's passes side by side
+  rows   decode_rows: one single-query decode with every query a row of its own (its
+         sequence's block table, its causal length), so a sequence is read once per query
+  q1     one single-query decode of the batch (one query per sequence): the unit the ratios use
+  decode decode() on its own path (decode_path; dense + the others where a chunk takes_dense)
+
+and prints one row per pattern with the path tqkit_torch.decode() takes (takes_rows for the sequences
+that stay off the dense path), plus one JSON line per row (--json FILE, appended). A pattern is
+tq-bench's --q-counts: comma-separated counts, NxM for M sequences of N queries (e.g. 16,1x31).
+
+    PYTHONPATH=python python python/examples/bench_varlen.py --heads 32 --kv-heads 8 --ctx 32768 \
+        --patterns "16,1x31 4x8,1x24 16x32"
+"""
+import argparse
+import itertools
+import json
+
+import torch
+
+import tqkit_torch as tq
+from _bench import add_shape_args, timed
+
+PATTERNS = ("2,1x31 4,1x31 8,1x31 16,1x31 32,1x31 64,1x31 128,1x31 16x2,1x30 16x4,1x28 16x8,1x24 8x8,1x24 "
+            "4x8,1x24 4x16,1x16 2x32 4x32 8x32 16x32")
+
+
+def parse_counts(spec):
+    """'16,1x31' -> [16, 1, 1, ...]: comma-separated counts, NxM for M sequences of N queries."""
+    counts = []
+    for part in spec.split(","):
+        n, _, m = part.partition("x")
+        counts += [int(n)] * (int(m) if m else 1)
+    return counts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    add_shape_args(ap, batch=32, ctx=32768)
+    ap.add_argument("--patterns", default=PATTERNS, help="space-separated count patterns, each of --batch counts")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    B, H, HKV, D, T, bs = a.batch, a.heads, a.kv_heads, a.head_dim, a.ctx, 16
+    scale = D ** -0.5
+    torch.manual_seed(0)
+    pages = T // bs
+    cache = torch.zeros(B * pages, bs, HKV, tq.slot_bytes(a.format, D), dtype=torch.uint8, device="cuda")
+    table = torch.randperm(B * pages, device="cuda").to(torch.int32).view(B, pages)  # shuffled pages
+    for b in range(B):  # per sequence, to keep the temporaries small
+        k = torch.randn(T, HKV, D, device="cuda", dtype=torch.half)
+        v = torch.randn(T, HKV, D, device="cuda", dtype=torch.half) + 0.3
+        slots = (table[b].to(torch.int64)[:, None] * bs + torch.arange(bs, device="cuda")).reshape(-1)
+        tq.store(k, v, cache, slots, a.format)
+        del k, v
+    lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
+    q1 = torch.randn(B, H, D, device="cuda", dtype=torch.half)
+    t_q1 = timed(lambda: tq.decode(q1, cache, table, lens, a.format, scale, T), a.reps)
+    device = torch.cuda.get_device_name(0)
+    print(f"{a.format}, B {B}, {H}/{HKV} heads, d {D}, ctx {T} (ms, medians of {a.reps}; {device}); "
+          f"one query per sequence {t_q1:.4f} ms")
+    print(f"{'counts':>12} {'rows':>5} {'fused':>9} {'rows_ms':>9} {'rows/fused':>11} {'fused/q1':>9} "
+          f"{'rows/q1':>8} {'decode()':>9} {'path':>11}")
+    out = []
+    for spec in a.patterns.split():
+        counts = parse_counts(spec)
+        if len(counts) != B:
+            raise SystemExit(f"--patterns: {spec} has {len(counts)} counts for a batch of {B}")
+        starts = [0, *itertools.accumulate(counts)]
+        qsl = torch.tensor(starts, dtype=torch.int32, device="cuda")
+        q = torch.randn(starts[-1], H, D, device="cuda", dtype=torch.half)
+        mq = max(counts)
+        r = {"format": a.format, "batch": B, "heads": H, "kv_heads": HKV, "head_dim": D, "ctx": T, "counts": spec,
+             "rows": starts[-1], "max_count": mq, "device": device, "reps": a.reps, "q1_ms": t_q1,
+             "decode_path": tq.varlen_path(counts, [T] * B, H, HKV)}
+        run = lambda path: tq.decode(q, cache, table, lens, a.format, scale, T, query_start_loc=qsl,
+                                     max_query_len=mq, path=path)
+        if mq <= 128:
+            r["fused_ms"] = timed(lambda: run("fused"), a.reps)
+        r["rows_ms"] = timed(lambda: run("rows"), a.reps)
+        r["decode_ms"] = timed(lambda: run(None), a.reps)
+        if "fused_ms" in r:
+            r["rows_over_fused"] = r["rows_ms"] / r["fused_ms"]
+        out.append(r)
+        f = lambda k, w=9, p=4: f"{r[k]:>{w}.{p}f}" if k in r else f"{'-':>{w}}"
+        print(f"{spec:>12} {r['rows']:>5} {f('fused_ms')} {f('rows_ms')} {f('rows_over_fused', 11, 2)} "
+              f"{r.get('fused_ms', float('nan')) / t_q1:>9.2f} {r['rows_ms'] / t_q1:>8.2f} {f('decode_ms')} "
+              f"{r['decode_path']:>11}")
+        del q
+    if a.json:
+        with open(a.json, "a") as fh:
+            for r in out:
+                fh.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""decode()'s choice of path, from the shapes and (with query_start_loc) the counts alone. No torch here,
+so tests/cli/decode_paths.sh checks the rules against the measured rows without a GPU or torch.
+
+  fused  the fused multi-query kernel (at most 128 queries per sequence), one launch
+  dense  dequant + torch SDPA (decode_dense), for long chunks
+  rows   every query a single-query row of its own (decode_rows), for a few multi-pass chunks among
+         single-query decodes
+"""
+
+# decode() runs a chunk of q_len queries as dequant + SDPA (decode_dense) from DENSE_MIN_Q_LEN queries
+# (DENSE_MIN_Q_LEN_SMALL_G where a kv head has fewer than 8 query heads), else in the fused kernel (at most
+# 128 queries). The crossover is a chunk length rather than a column count: the fused kernel reads the
+# cache once per 16 query columns of a kv head (q_len x G), and torch SDPA's grouped-query attention reads
+# the dense cache once per query head (G per kv head), so both grow with G. Measured on one H100 with the
+# kernels of main at 938b07d (B 32, 32K, d 128, turboquant_4bit_nc, ms fused vs dense;
+# python/examples/bench_multi_query.py, experiments/results/kernels/multi_query_crossover.jsonl):
+# 16/16 64: 5.8 vs 7.4, 96: 8.9 vs 7.7; 16/8 64: 4.0 vs 6.0, 96: 5.8 vs 5.4; 32/8 64: 7.3 vs 8.7,
+# 96: 10.7 vs 9.3; 64/8 48: 10.8 vs 16.0, 64: 14.3-14.6 vs 14.8-15.9 (level), 96: 26.3 vs 15.1;
+# 128/8 48: 25.7 vs 28.5, 64: 30.2 vs 28.9.
+DENSE_MIN_Q_LEN = 64
+DENSE_MIN_Q_LEN_SMALL_G = 80
+DENSE_LARGE_G = 8  # query heads per kv head from which DENSE_MIN_Q_LEN applies (DENSE_MIN_Q_LEN_SMALL_G below)
+
+# A query_start_loc batch whose fused launch needs more than one pass (a sequence with more queries than
+# one pass of 16 columns holds, 16 / G) runs as decode_rows where its query rows are at most ROWS_MAX_MEAN
+# per sequence: the fused launch's single-query sequences then cost a 16-column CTA each and its extra
+# passes cover few sequences, while the rows are dealt over the GPU like single-query decodes.
+ROWS_MAX_MEAN = 1.5
+PASS_COLUMNS = 16  # query columns (queries x query heads per kv head) one pass of the fused kernel computes
+
+
+def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode() runs a chunk of q_len queries as decode_dense (else the fused kernel)."""
+    if q_len > 128:
+        return True
+    group = num_heads // max(1, num_kv_heads)
+    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= DENSE_LARGE_G else DENSE_MIN_Q_LEN_SMALL_G)
+
+
+def goes_dense(count: int, seq_len: int, num_heads: int, num_kv_heads: int) -> bool:
+    """decode()'s path for one sequence of `count` queries over seq_len tokens: decode_dense where takes_dense
+    and the sequence holds its queries (a shorter one stays on the fused kernel, which masks its first
+    queries), or where count > 128, beyond the fused kernel."""
+    return count > 128 or (takes_dense(count, num_heads, num_kv_heads) and seq_len >= count)
+
+
+def queries_per_pass(num_heads: int, num_kv_heads: int) -> int:
+    """Queries of a sequence that one pass of the fused kernel computes."""
+    return max(1, PASS_COLUMNS // max(1, num_heads // max(1, num_kv_heads)))
+
+
+def takes_rows(counts, num_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode() runs the sequences with these query counts (those not on the dense path) as
+    decode_rows (else one fused launch)."""
+    if not counts or max(counts) <= queries_per_pass(num_heads, num_kv_heads):
+        return False  # one pass: the fused launch reads each sequence once
+    return sum(counts) <= ROWS_MAX_MEAN * len(counts)
+
+
+def reads_counts(max_query_len: int, num_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode() with query_start_loc needs the counts on the host: only where a sequence may leave
+    the fused launch (a dense chunk, or rows for a multi-pass batch)."""
+    return takes_dense(max_query_len, num_heads, num_kv_heads) or max_query_len > queries_per_pass(
+        num_heads, num_kv_heads)
+
+
+def varlen_path(counts, seq_lens, num_heads: int, num_kv_heads: int) -> str:
+    """decode()'s paths for a query_start_loc batch: 'dense', 'fused', 'rows', 'dense+fused' or 'dense+rows'."""
+    dense = [goes_dense(c, n, num_heads, num_kv_heads) for c, n in zip(counts, seq_lens)]
+    rest = [c for c, d in zip(counts, dense) if not d]
+    parts = (["dense"] if any(dense) else []) + (
+        ["rows" if takes_rows(rest, num_heads, num_kv_heads) else "fused"] if rest else [])
+    return "+".join(parts)
