@@ -92,7 +92,6 @@ def main():
         print(f"{spec:>12} {r['rows']:>5} {f('fused_ms')} {f('rows_ms')} {f('rows_over_fused', 11, 2)} "
               f"{r.get('fused_ms', float('nan')) / t_q1:>9.2f} {r['rows_ms'] / t_q1:>8.2f} {f('decode_ms')} "
               f"{r['decode_path']:>11}")
-        del q
     if a.json:
         with open(a.json, "a") as fh:
             for r in out:

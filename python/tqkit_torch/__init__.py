@@ -50,6 +50,7 @@ import itertools
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.tqkit)
+from .rows import row_tables
 from .paths import (DENSE_MIN_Q_LEN, DENSE_MIN_Q_LEN_SMALL_G, goes_dense, reads_counts, takes_dense, takes_rows,
                     varlen_path)
 
@@ -350,13 +351,8 @@ def decode_rows(query, kv_cache, block_table, seq_lens, format: str, scale: floa
     if b != seq_lens.shape[0] or b != block_table.shape[0]:
         raise ValueError(f"query_start_loc: {b} sequences, but seq_lens has {seq_lens.shape[0]} and block_table "
                          f"{block_table.shape[0]} rows")
-    starts = query_start_loc.to(torch.int64)
-    counts = starts[1:] - starts[:-1]
-    seq = torch.repeat_interleave(torch.arange(b, device=query.device), counts, output_size=num_tokens)
-    j = torch.arange(num_tokens, device=query.device) - starts[seq]  # the row's place in its sequence's chunk
-    row_lens = (seq_lens.to(torch.int64)[seq] - counts[seq] + 1 + j).clamp_(min=0).to(torch.int32)
-    return _decode_fused(query, kv_cache, block_table.index_select(0, seq), row_lens, format, scale, max_seq_len,
-                         num_splits)
+    row_table, row_lens = row_tables(query_start_loc, seq_lens, block_table, num_tokens)
+    return _decode_fused(query, kv_cache, row_table, row_lens, format, scale, max_seq_len, num_splits)
 
 
 def _sdpa_per_sequence(queries, k, v, lens, scale):

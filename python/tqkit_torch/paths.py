@@ -23,9 +23,17 @@ DENSE_LARGE_G = 8  # query heads per kv head from which DENSE_MIN_Q_LEN applies 
 
 # A query_start_loc batch whose fused launch needs more than one pass (a sequence with more queries than
 # one pass of 16 columns holds, 16 / G) runs as decode_rows where its query rows are at most ROWS_MAX_MEAN
-# per sequence: the fused launch's single-query sequences then cost a 16-column CTA each and its extra
-# passes cover few sequences, while the rows are dealt over the GPU like single-query decodes.
+# per sequence and its group size is in ROWS_GROUPS. The fused launch then runs its single-query sequences
+# as 16-column CTAs and the long chunk's further passes over one sequence each, while the rows are dealt
+# over the GPU like single-query decodes. Measured with tq-bench --q-counts (rows_ms: one single-query
+# decode with every query a row; varlen_ms: the fused launch) on one H100, 32/8 heads, d 128, B 32, 32K,
+# turboquant_4bit_nc, k3v4_nc, 3bit_nc and turbo3 (experiments/results/kernels/varlen_h100.txt, section
+# 6): 16,1x31 (1.47 rows per sequence) rows/varlen 0.66-0.77; 128,1x31 (4.97) 0.61-0.77, but that chunk
+# goes dense; 4x8,1x24 (one pass) 1.00-1.16; 16x32 (16) 1.94-2.57. Only G 4 was measured, and only these
+# patterns: the crossover lies above 1.47 rows per sequence (rows still won at 4.97 with one chunk among
+# decodes), so 1.5 keeps to where the rows were measured faster.
 ROWS_MAX_MEAN = 1.5
+ROWS_GROUPS = (4,)
 PASS_COLUMNS = 16  # query columns (queries x query heads per kv head) one pass of the fused kernel computes
 
 
@@ -52,6 +60,8 @@ def queries_per_pass(num_heads: int, num_kv_heads: int) -> int:
 def takes_rows(counts, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() runs the sequences with these query counts (those not on the dense path) as
     decode_rows (else one fused launch)."""
+    if num_heads // max(1, num_kv_heads) not in ROWS_GROUPS:
+        return False
     if not counts or max(counts) <= queries_per_pass(num_heads, num_kv_heads):
         return False  # one pass: the fused launch reads each sequence once
     return sum(counts) <= ROWS_MAX_MEAN * len(counts)

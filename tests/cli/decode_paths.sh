@@ -1,15 +1,25 @@
-# tqkit_torch.takes_dense (python/tqkit_torch/paths.py, no torch needed) against the fused-vs-dense rows
-# that python/examples/bench_multi_query.py measured with the current kernels
-# (experiments/results/kernels/multi_query_crossover.jsonl): wherever the two paths differ by more than 10%,
-# the rule picks the faster one. The rule of the older kernels (48 queries at G >= 4, 72 below) must fail
-# those rows, so the check can tell a stale rule.
+# tqkit_torch's path rules (python/tqkit_torch/paths.py, no torch needed) against the rows measured with the
+# current kernels, without a GPU:
+# - takes_dense against the fused-vs-dense rows of python/examples/bench_multi_query.py
+#   (experiments/results/kernels/multi_query_crossover.jsonl): wherever the two paths differ by more than 10%,
+#   the rule picks the faster one. The rule of the older kernels (48 queries at G >= 4, 72 below) must fail
+#   those rows, so the check can tell a stale rule.
+# - takes_rows against tq-bench --q-counts' varlen_ms (the fused launch) and rows_ms (every query a
+#   single-query row) in experiments/results/kernels/varlen_h100.txt: for each batch decode() runs as one
+#   (no chunk on the dense path) whose two times differ by more than 10%, the rule picks the faster one;
+#   with the rows path switched off (no group size takes it) the check must fail.
 source "$(dirname "$0")/lib.bash"
 
-cat > "$TMP/check.py" <<'PY'
-import importlib.util, json, sys
+cat > "$TMP/load.py" <<'PY'
+import importlib.util, sys
 spec = importlib.util.spec_from_file_location("paths", sys.argv[1])
 rule = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rule)
+PY
+
+cat > "$TMP/dense.py" <<'PY'
+import json, sys
+exec(open(sys.argv[0].replace("dense.py", "load.py")).read())
 rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
 rows = [r for r in rows if "fused_ms" in r and "dense_ms" in r]
 if len(rows) < 20:
@@ -23,8 +33,50 @@ for r in wrong:
 print(f"{len(rows)} rows, {len(wrong)} on the slower path")
 sys.exit(1 if wrong else 0)
 PY
+
+cat > "$TMP/rows.py" <<'PY'
+import re, sys
+exec(open(sys.argv[0].replace("rows.py", "load.py")).read())
+if len(sys.argv) > 3:  # the group sizes that take rows (comma-separated; empty: none)
+    rule.ROWS_GROUPS = tuple(int(g) for g in sys.argv[3].split(",") if g)
+shape = counts = None
+measured = wrong = 0
+for line in open(sys.argv[2]):
+    m = re.search(r"batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim \d+, ctx (\d+)", line)
+    if m:
+        shape = tuple(int(x) for x in m.groups())
+    m = re.search(r"varlen: one decode with the query counts (\S+) \(.*rows: one single-query decode", line)
+    if m:
+        counts = []
+        for part in m.group(1).split(","):
+            n, _, k = part.partition("x")
+            counts += [int(n)] * (int(k) if k else 1)
+        continue
+    cols = line.split()
+    if counts is None or len(cols) != 16 or not cols[0].startswith(("turbo", "fp", "mse")):
+        if line.startswith("format") and "rows_ms" not in line:
+            counts = None  # a table without rows_ms
+        continue
+    batch, heads, kvh, ctx = shape
+    assert len(counts) == batch, (counts, shape)
+    if "dense" in rule.varlen_path(counts, [ctx] * batch, heads, kvh):
+        continue  # decode() does not run this batch as one launch
+    varlen_ms, rows_ms = float(cols[12]), float(cols[14])
+    measured += 1
+    if abs(rows_ms / varlen_ms - 1) > 0.1 and rule.takes_rows(counts, heads, kvh) != (rows_ms < varlen_ms):
+        wrong += 1
+        print(f"{cols[0]} {heads}/{kvh} counts {','.join(map(str, counts[:3]))}...: fused {varlen_ms} ms, rows {rows_ms} ms")
+if measured < 8:
+    sys.exit(f"only {measured} measured rows")
+print(f"{measured} rows, {wrong} on the slower path")
+sys.exit(1 if wrong else 0)
+PY
+
 RULE="$SRC/python/tqkit_torch/paths.py"
 ROWS="$SRC/experiments/results/kernels/multi_query_crossover.jsonl"
-run python3 "$TMP/check.py" "$RULE" "$ROWS"; expect_rc 0; expect_out ", 0 on the slower path"
-run python3 "$TMP/check.py" "$RULE" "$ROWS" 48 72 4; expect_rc 1; expect_out "32/8 q_len 48"
+VARLEN="$SRC/experiments/results/kernels/varlen_h100.txt"
+run python3 "$TMP/dense.py" "$RULE" "$ROWS"; expect_rc 0; expect_out ", 0 on the slower path"
+run python3 "$TMP/dense.py" "$RULE" "$ROWS" 48 72 4; expect_rc 1; expect_out "32/8 q_len 48"
+run python3 "$TMP/rows.py" "$RULE" "$VARLEN"; expect_rc 0; expect_out ", 0 on the slower path"
+run python3 "$TMP/rows.py" "$RULE" "$VARLEN" ""; expect_rc 1; expect_out "32/8 counts 16,1,1"
 finish
