@@ -20,13 +20,12 @@ and prints one row per q_len with the ratios and the path tqkit_torch.decode() t
         --batch 32 --heads 32 --kv-heads 8 --ctx 32768 --q-lens 1,2,4,8,16,32,64,128,256,512
 """
 import argparse
-import json
 
 import torch
 import torch.nn.functional as F
 
 import tqkit_torch as tq
-from _bench import add_shape_args, timed
+from _bench import add_shape_args, append_json_lines, cell, filled_cache, timed
 
 
 def main():
@@ -38,20 +37,7 @@ def main():
     a = ap.parse_args()
     B, H, HKV, D, T, bs = a.batch, a.heads, a.kv_heads, a.head_dim, a.ctx, 16
     scale = D ** -0.5
-    torch.manual_seed(0)
-    pages = T // bs
-    cache = torch.zeros(B * pages, bs, HKV, tq.slot_bytes(a.format, D), dtype=torch.uint8, device="cuda")
-    table = torch.randperm(B * pages, device="cuda").to(torch.int32).view(B, pages)  # shuffled pages
-    kd = torch.empty(B, HKV, T, D, dtype=torch.half, device="cuda")  # the fp16 cache for sdpa16
-    vd = torch.empty_like(kd)
-    for b in range(B):  # per sequence, to keep the temporaries small
-        k = torch.randn(T, HKV, D, device="cuda", dtype=torch.half)
-        v = torch.randn(T, HKV, D, device="cuda", dtype=torch.half) + 0.3
-        slots = (table[b].to(torch.int64)[:, None] * bs + torch.arange(bs, device="cuda")).reshape(-1)
-        tq.store(k, v, cache, slots, a.format)
-        kd[b], vd[b] = k.transpose(0, 1), v.transpose(0, 1)
-        del k, v
-    lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
+    cache, table, lens, kd, vd = filled_cache(a.format, B, HKV, D, T, bs, dense=True)  # kd, vd: for sdpa16
     rows = []
     print(f"{a.format}, B {B}, {H}/{HKV} heads, d {D}, ctx {T} (ms, medians of {a.reps}; "
           f"{torch.cuda.get_device_name(0)})")
@@ -98,15 +84,12 @@ def main():
         if "fused_ms" in r and "separate_ms" in r:
             r["separate_over_fused"] = r["separate_ms"] / r["fused_ms"]
         rows.append(r)
-        f = lambda k, w=9, p=4: f"{r[k]:>{w}.{p}f}" if k in r else f"{'-':>{w}}"
+        f = lambda k, w=9, p=4: cell(r, k, w, p)
         print(f"{q_len:>6} {f('fused_ms')} {f('dense_ms')} {f('separate_ms')} {f('sdpa16_ms')} "
               f"{f('dense_over_fused', 12, 2)} {f('separate_over_fused', 15, 2)} {f('fused_over_q1', 9, 2)} "
               f"{r['decode_path']:>9}")
         del q, qt
-    if a.json:
-        with open(a.json, "a") as fh:
-            for r in rows:
-                fh.write(json.dumps(r) + "\n")
+    append_json_lines(a.json, rows)
 
 
 if __name__ == "__main__":

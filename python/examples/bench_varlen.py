@@ -20,12 +20,11 @@ tq-bench's --q-counts: comma-separated counts, NxM for M sequences of N queries 
 """
 import argparse
 import itertools
-import json
 
 import torch
 
 import tqkit_torch as tq
-from _bench import add_shape_args, timed
+from _bench import add_shape_args, append_json_lines, cell, filled_cache, timed
 
 PATTERNS = ("2,1x31 4,1x31 8,1x31 16,1x31 32,1x31 64,1x31 128,1x31 16x2,1x30 16x4,1x28 16x8,1x24 8x8,1x24 "
             "4x8,1x24 4x16,1x16 2x32 4x32 8x32 16x32")
@@ -47,19 +46,9 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    B, H, HKV, D, T, bs = a.batch, a.heads, a.kv_heads, a.head_dim, a.ctx, 16
+    B, H, HKV, D, T = a.batch, a.heads, a.kv_heads, a.head_dim, a.ctx
     scale = D ** -0.5
-    torch.manual_seed(0)
-    pages = T // bs
-    cache = torch.zeros(B * pages, bs, HKV, tq.slot_bytes(a.format, D), dtype=torch.uint8, device="cuda")
-    table = torch.randperm(B * pages, device="cuda").to(torch.int32).view(B, pages)  # shuffled pages
-    for b in range(B):  # per sequence, to keep the temporaries small
-        k = torch.randn(T, HKV, D, device="cuda", dtype=torch.half)
-        v = torch.randn(T, HKV, D, device="cuda", dtype=torch.half) + 0.3
-        slots = (table[b].to(torch.int64)[:, None] * bs + torch.arange(bs, device="cuda")).reshape(-1)
-        tq.store(k, v, cache, slots, a.format)
-        del k, v
-    lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
+    cache, table, lens = filled_cache(a.format, B, HKV, D, T)
     q1 = torch.randn(B, H, D, device="cuda", dtype=torch.half)
     t_q1 = timed(lambda: tq.decode(q1, cache, table, lens, a.format, scale, T), a.reps)
     device = torch.cuda.get_device_name(0)
@@ -88,14 +77,11 @@ def main():
         if "fused_ms" in r:
             r["rows_over_fused"] = r["rows_ms"] / r["fused_ms"]
         out.append(r)
-        f = lambda k, w=9, p=4: f"{r[k]:>{w}.{p}f}" if k in r else f"{'-':>{w}}"
+        f = lambda k, w=9, p=4: cell(r, k, w, p)
         print(f"{spec:>12} {r['rows']:>5} {f('fused_ms')} {f('rows_ms')} {f('rows_over_fused', 11, 2)} "
               f"{r.get('fused_ms', float('nan')) / t_q1:>9.2f} {r['rows_ms'] / t_q1:>8.2f} {f('decode_ms')} "
               f"{r['decode_path']:>11}")
-    if a.json:
-        with open(a.json, "a") as fh:
-            for r in out:
-                fh.write(json.dumps(r) + "\n")
+    append_json_lines(a.json, out)
 
 
 if __name__ == "__main__":
