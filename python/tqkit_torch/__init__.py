@@ -52,7 +52,7 @@ import torch
 from . import _C  # noqa: F401  (registers torch.ops.tqkit)
 from .rows import row_tables
 from .paths import (DENSE_MIN_Q_LEN, DENSE_MIN_Q_LEN_SMALL_G, goes_dense, reads_counts, takes_dense, takes_rows,
-                    varlen_path)
+                    varlen_path, varlen_split)
 
 _ops = torch.ops.tqkit
 
@@ -217,10 +217,7 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
         return run("fused", query, query_start_loc, None, max_query_len)
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
     counts = [starts[i + 1] - starts[i] for i in range(b)]
-    on_dense = [goes_dense(counts[i], lens[i], heads, kvh) for i in range(b)]
-    dense = [i for i in range(b) if on_dense[i]]
-    rest = [i for i in range(b) if not on_dense[i]]
-    rest_path = "rows" if takes_rows([counts[i] for i in rest], heads, kvh) else "fused"
+    dense, rest, rest_path = varlen_split(counts, lens, heads, kvh)
     if not rest or not dense:
         return run("dense" if not rest else rest_path, query, query_start_loc, None, max_query_len)
     out = torch.empty_like(query)

@@ -74,10 +74,15 @@ def reads_counts(max_query_len: int, num_heads: int, num_kv_heads: int) -> bool:
         num_heads, num_kv_heads)
 
 
+def varlen_split(counts, seq_lens, num_heads: int, num_kv_heads: int):
+    """decode()'s split of a query_start_loc batch: the sequences (indices) on the dense path, the rest, and the
+    rest's path ('rows' where takes_rows, else 'fused')."""
+    dense = [i for i, (c, n) in enumerate(zip(counts, seq_lens)) if goes_dense(c, n, num_heads, num_kv_heads)]
+    rest = sorted(set(range(len(counts))) - set(dense))
+    return dense, rest, "rows" if takes_rows([counts[i] for i in rest], num_heads, num_kv_heads) else "fused"
+
+
 def varlen_path(counts, seq_lens, num_heads: int, num_kv_heads: int) -> str:
     """decode()'s paths for a query_start_loc batch: 'dense', 'fused', 'rows', 'dense+fused' or 'dense+rows'."""
-    dense = [goes_dense(c, n, num_heads, num_kv_heads) for c, n in zip(counts, seq_lens)]
-    rest = [c for c, d in zip(counts, dense) if not d]
-    parts = (["dense"] if any(dense) else []) + (
-        ["rows" if takes_rows(rest, num_heads, num_kv_heads) else "fused"] if rest else [])
-    return "+".join(parts)
+    dense, rest, rest_path = varlen_split(counts, seq_lens, num_heads, num_kv_heads)
+    return "+".join((["dense"] if dense else []) + ([rest_path] if rest else []))
