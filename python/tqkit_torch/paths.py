@@ -37,12 +37,17 @@ ROWS_GROUPS = (4,)
 PASS_COLUMNS = 16  # query columns (queries x query heads per kv head) one pass of the fused kernel computes
 
 
+def group_size(num_heads: int, num_kv_heads: int) -> int:
+    """Query heads per kv head."""
+    return num_heads // max(1, num_kv_heads)
+
+
 def takes_dense(q_len: int, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() runs a chunk of q_len queries as decode_dense (else the fused kernel)."""
     if q_len > 128:
         return True
-    group = num_heads // max(1, num_kv_heads)
-    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group >= DENSE_LARGE_G else DENSE_MIN_Q_LEN_SMALL_G)
+    return q_len > 1 and q_len >= (DENSE_MIN_Q_LEN if group_size(num_heads, num_kv_heads) >= DENSE_LARGE_G
+                                   else DENSE_MIN_Q_LEN_SMALL_G)
 
 
 def goes_dense(count: int, seq_len: int, num_heads: int, num_kv_heads: int) -> bool:
@@ -54,31 +59,36 @@ def goes_dense(count: int, seq_len: int, num_heads: int, num_kv_heads: int) -> b
 
 def queries_per_pass(num_heads: int, num_kv_heads: int) -> int:
     """Queries of a sequence that one pass of the fused kernel computes."""
-    return max(1, PASS_COLUMNS // max(1, num_heads // max(1, num_kv_heads)))
+    return max(1, PASS_COLUMNS // max(1, group_size(num_heads, num_kv_heads)))
+
+
+def _rows_possible(max_count: int, num_heads: int, num_kv_heads: int) -> bool:
+    """Whether a batch whose largest count is max_count may take decode_rows: a group size in ROWS_GROUPS and
+    more than one fused pass (with one pass the fused launch reads each sequence once)."""
+    return (group_size(num_heads, num_kv_heads) in ROWS_GROUPS and
+            max_count > queries_per_pass(num_heads, num_kv_heads))
 
 
 def takes_rows(counts, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() runs the sequences with these query counts (those not on the dense path) as
     decode_rows (else one fused launch)."""
-    if num_heads // max(1, num_kv_heads) not in ROWS_GROUPS:
-        return False
-    if not counts or max(counts) <= queries_per_pass(num_heads, num_kv_heads):
-        return False  # one pass: the fused launch reads each sequence once
-    return sum(counts) <= ROWS_MAX_MEAN * len(counts)
+    return (bool(counts) and _rows_possible(max(counts), num_heads, num_kv_heads) and
+            sum(counts) <= ROWS_MAX_MEAN * len(counts))
 
 
 def reads_counts(max_query_len: int, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() with query_start_loc needs the counts on the host: only where a sequence may leave
-    the fused launch (a dense chunk, or rows for a multi-pass batch)."""
-    return takes_dense(max_query_len, num_heads, num_kv_heads) or max_query_len > queries_per_pass(
-        num_heads, num_kv_heads)
+    the fused launch (a dense chunk, or rows)."""
+    return takes_dense(max_query_len, num_heads, num_kv_heads) or _rows_possible(max_query_len, num_heads,
+                                                                                 num_kv_heads)
 
 
 def varlen_split(counts, seq_lens, num_heads: int, num_kv_heads: int):
     """decode()'s split of a query_start_loc batch: the sequences (indices) on the dense path, the rest, and the
     rest's path ('rows' where takes_rows, else 'fused')."""
-    dense = [i for i, (c, n) in enumerate(zip(counts, seq_lens)) if goes_dense(c, n, num_heads, num_kv_heads)]
-    rest = sorted(set(range(len(counts))) - set(dense))
+    on_dense = [goes_dense(c, n, num_heads, num_kv_heads) for c, n in zip(counts, seq_lens)]
+    dense = [i for i, d in enumerate(on_dense) if d]
+    rest = [i for i, d in enumerate(on_dense) if not d]
     return dense, rest, "rows" if takes_rows([counts[i] for i in rest], num_heads, num_kv_heads) else "fused"
 
 

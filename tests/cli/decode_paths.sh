@@ -10,73 +10,75 @@
 #   with the rows path switched off (no group size takes it) the check must fail.
 source "$(dirname "$0")/lib.bash"
 
-cat > "$TMP/load.py" <<'PY'
-import importlib.util, sys
+cat > "$TMP/check.py" <<'PY'
+# check.py PATHS_PY dense ROWS_JSONL [LARGE_G_Q_LEN SMALL_G_Q_LEN LARGE_G] | rows VARLEN_TXT [ROWS_GROUPS]
+import importlib.util, json, re, sys
 spec = importlib.util.spec_from_file_location("paths", sys.argv[1])
 rule = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rule)
-PY
 
-cat > "$TMP/dense.py" <<'PY'
-import json, sys
-exec(open(sys.argv[0].replace("dense.py", "load.py")).read())
-rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
-rows = [r for r in rows if "fused_ms" in r and "dense_ms" in r]
-if len(rows) < 20:
-    sys.exit(f"only {len(rows)} measured rows")
-if len(sys.argv) > 3:  # the same rule with other thresholds: large-G q_len, small-G q_len, the G between them
-    rule.DENSE_MIN_Q_LEN, rule.DENSE_MIN_Q_LEN_SMALL_G, rule.DENSE_LARGE_G = map(int, sys.argv[3:6])
-wrong = [r for r in rows if abs(r["dense_ms"] / r["fused_ms"] - 1) > 0.1 and
-         rule.takes_dense(r["q_len"], r["heads"], r["kv_heads"]) != (r["dense_ms"] < r["fused_ms"])]
-for r in wrong:
-    print(f"{r['heads']}/{r['kv_heads']} q_len {r['q_len']}: fused {r['fused_ms']:.2f} ms, dense {r['dense_ms']:.2f} ms")
-print(f"{len(rows)} rows, {len(wrong)} on the slower path")
-sys.exit(1 if wrong else 0)
-PY
 
-cat > "$TMP/rows.py" <<'PY'
-import re, sys
-exec(open(sys.argv[0].replace("rows.py", "load.py")).read())
-if len(sys.argv) > 3:  # the group sizes that take rows (comma-separated; empty: none)
-    rule.ROWS_GROUPS = tuple(int(g) for g in sys.argv[3].split(",") if g)
-shape = counts = None
-measured = wrong = 0
-for line in open(sys.argv[2]):
-    m = re.search(r"batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim \d+, ctx (\d+)", line)
-    if m:
-        shape = tuple(int(x) for x in m.groups())
-    m = re.search(r"varlen: one decode with the query counts (\S+) \(.*rows: one single-query decode", line)
-    if m:
-        counts = []
-        for part in m.group(1).split(","):
-            n, _, k = part.partition("x")
-            counts += [int(n)] * (int(k) if k else 1)
-        continue
-    cols = line.split()
-    if counts is None or len(cols) != 16 or not cols[0].startswith(("turbo", "fp", "mse")):
-        if line.startswith("format") and "rows_ms" not in line:
-            counts = None  # a table without rows_ms
-        continue
-    batch, heads, kvh, ctx = shape
-    assert len(counts) == batch, (counts, shape)
-    if "dense" in rule.varlen_path(counts, [ctx] * batch, heads, kvh):
-        continue  # decode() does not run this batch as one launch
-    varlen_ms, rows_ms = float(cols[12]), float(cols[14])
-    measured += 1
-    if abs(rows_ms / varlen_ms - 1) > 0.1 and rule.takes_rows(counts, heads, kvh) != (rows_ms < varlen_ms):
-        wrong += 1
-        print(f"{cols[0]} {heads}/{kvh} counts {','.join(map(str, counts[:3]))}...: fused {varlen_ms} ms, rows {rows_ms} ms")
-if measured < 8:
-    sys.exit(f"only {measured} measured rows")
-print(f"{measured} rows, {wrong} on the slower path")
+def dense(path, overrides):
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    rows = [r for r in rows if "fused_ms" in r and "dense_ms" in r]
+    if len(rows) < 20:
+        sys.exit(f"only {len(rows)} measured rows")
+    if overrides:  # the same rule with other thresholds: large-G q_len, small-G q_len, the G between them
+        rule.DENSE_MIN_Q_LEN, rule.DENSE_MIN_Q_LEN_SMALL_G, rule.DENSE_LARGE_G = map(int, overrides)
+    wrong = [r for r in rows if abs(r["dense_ms"] / r["fused_ms"] - 1) > 0.1 and
+             rule.takes_dense(r["q_len"], r["heads"], r["kv_heads"]) != (r["dense_ms"] < r["fused_ms"])]
+    for r in wrong:
+        print(f"{r['heads']}/{r['kv_heads']} q_len {r['q_len']}: fused {r['fused_ms']:.2f} ms, "
+              f"dense {r['dense_ms']:.2f} ms")
+    return len(rows), len(wrong)
+
+
+def rows(path, overrides):
+    if overrides:  # the group sizes that take rows (comma-separated; empty: none)
+        rule.ROWS_GROUPS = tuple(int(g) for g in overrides[0].split(",") if g)
+    shape = counts = None
+    measured = wrong = 0
+    for line in open(path):
+        m = re.search(r"batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim \d+, ctx (\d+)", line)
+        if m:
+            shape = tuple(int(x) for x in m.groups())
+        m = re.search(r"varlen: one decode with the query counts (\S+) \(.*rows: one single-query decode", line)
+        if m:
+            counts = []
+            for part in m.group(1).split(","):
+                n, _, k = part.partition("x")
+                counts += [int(n)] * (int(k) if k else 1)
+            continue
+        cols = line.split()
+        if counts is None or len(cols) != 16 or not cols[0].startswith(("turbo", "fp", "mse")):
+            if line.startswith("format") and "rows_ms" not in line:
+                counts = None  # a table without rows_ms
+            continue
+        batch, heads, kvh, ctx = shape
+        assert len(counts) == batch, (counts, shape)
+        if "dense" in rule.varlen_path(counts, [ctx] * batch, heads, kvh):
+            continue  # decode() does not run this batch as one launch
+        varlen_ms, rows_ms = float(cols[12]), float(cols[14])
+        measured += 1
+        if abs(rows_ms / varlen_ms - 1) > 0.1 and rule.takes_rows(counts, heads, kvh) != (rows_ms < varlen_ms):
+            wrong += 1
+            print(f"{cols[0]} {heads}/{kvh} counts {','.join(map(str, counts[:3]))}...: fused {varlen_ms} ms, "
+                  f"rows {rows_ms} ms")
+    if measured < 8:
+        sys.exit(f"only {measured} measured rows")
+    return measured, wrong
+
+
+n, wrong = {"dense": dense, "rows": rows}[sys.argv[2]](sys.argv[3], sys.argv[4:])
+print(f"{n} rows, {wrong} on the slower path")
 sys.exit(1 if wrong else 0)
 PY
 
 RULE="$SRC/python/tqkit_torch/paths.py"
 ROWS="$SRC/experiments/results/kernels/multi_query_crossover.jsonl"
 VARLEN="$SRC/experiments/results/kernels/varlen_h100.txt"
-run python3 "$TMP/dense.py" "$RULE" "$ROWS"; expect_rc 0; expect_out ", 0 on the slower path"
-run python3 "$TMP/dense.py" "$RULE" "$ROWS" 48 72 4; expect_rc 1; expect_out "32/8 q_len 48"
-run python3 "$TMP/rows.py" "$RULE" "$VARLEN"; expect_rc 0; expect_out ", 0 on the slower path"
-run python3 "$TMP/rows.py" "$RULE" "$VARLEN" ""; expect_rc 1; expect_out "32/8 counts 16,1,1"
+run python3 "$TMP/check.py" "$RULE" dense "$ROWS"; expect_rc 0; expect_out ", 0 on the slower path"
+run python3 "$TMP/check.py" "$RULE" dense "$ROWS" 48 72 4; expect_rc 1; expect_out "32/8 q_len 48"
+run python3 "$TMP/check.py" "$RULE" rows "$VARLEN"; expect_rc 0; expect_out ", 0 on the slower path"
+run python3 "$TMP/check.py" "$RULE" rows "$VARLEN" ""; expect_rc 1; expect_out "32/8 counts 16,1,1"
 finish
