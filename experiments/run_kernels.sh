@@ -35,7 +35,7 @@
 # planner.txt (planner: experiments/planner_ab.py's runs and summary), multi_query_crossover.jsonl (crossover:
 # python/examples/bench_multi_query.py at G 1, 2, 4, 8, 16), bf16.jsonl (bf16: the store and decode with bf16
 # activations against fp16, interleaved), mma_peak.txt (mma: the tensor cores' ceilings, experiments/mma_peak.cu
-# and wgmma_peak.cu), mq64_proto.txt (mq64: experiments/mq64_proto.cu's check and timings), varlen.txt (varlen); a summary table is
+# and wgmma_peak.cu), mq64_proto.txt (mq64: experiments/mq64_proto.cu's check and timings), varlen.txt (varlen), varlen_paths.jsonl (paths); a summary table is
 # printed last.
 #
 # Builds TQ_CORE_ONLY (no Eigen/PCRE2 needed; HDF5, where found, for the dump reader). Headers the machine lacks
@@ -388,7 +388,7 @@ fi
 if has paths; then
   # A query count per sequence through tqkit_torch.decode: the fused launch against decode_rows (every query a
   # single-query row) for bench_varlen.py's patterns, 4bit_nc at G 1, 2, 4, 8 and 16 and k3v4_nc at G 4; rows
-  # appended to varlen_paths.jsonl, which tests/cli/decode_paths.sh checks takes_rows against.
+  # appended to varlen_paths.jsonl, the measurement takes_rows' group sizes are to be set from.
   for spec in "turboquant_4bit_nc 16 16" "turboquant_4bit_nc 16 8" "turboquant_4bit_nc 32 8" \
       "turboquant_k3v4_nc 32 8" "turboquant_4bit_nc 64 8" "turboquant_4bit_nc 128 8"; do
     set -- $spec
