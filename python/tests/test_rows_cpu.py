@@ -35,6 +35,7 @@ def loop_oracle(counts, seq_lens, table):
     ([8, 3, 1], [6, 3, 1]),                   # chunks longer than their sequences: the first rows see nothing
     ([4, 2, 7, 1, 5], [40, 2, 90, 9, 5]),
     ([200] + [1] * 29, [900] + list(range(3, 32))),
+    ([3, 0, 2, 0], [10, 4, 2, 7]),            # sequences without queries give no rows
 ])
 def test_row_tables_give_each_query_its_sequence_and_causal_length(counts, seq_lens):
     g = torch.Generator().manual_seed(len(counts))
