@@ -388,7 +388,8 @@ fi
 if has paths; then
   # A query count per sequence through tqkit_torch.decode: the fused launch against decode_rows (every query a
   # single-query row) for bench_varlen.py's patterns, 4bit_nc at G 1, 2, 4, 8 and 16 and k3v4_nc at G 4; rows
-  # appended to varlen_paths.jsonl, the measurement takes_rows' group sizes are to be set from.
+  # appended to varlen_paths.jsonl (eager and CUDA-graph times; tests/cli/decode_paths.sh checks takes_rows against
+  # the eager ones).
   for spec in "turboquant_4bit_nc 16 16" "turboquant_4bit_nc 16 8" "turboquant_4bit_nc 32 8" \
       "turboquant_k3v4_nc 32 8" "turboquant_4bit_nc 64 8" "turboquant_4bit_nc 128 8"; do
     set -- $spec

@@ -22,6 +22,32 @@ def timed(fn, reps=50):
     return sorted(times)[len(times) // 2]
 
 
+def graph_timed(fn, reps=20, replays=5):
+    """Median milliseconds per replay of fn captured in a CUDA graph: the GPU's time without the host's (each
+    of `reps` samples times `replays` replays back to back). fn must be capturable: it reads nothing on the
+    host."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture (allocator, lazy initialisation)
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / replays)
+    return sorted(times)[len(times) // 2]
+
+
 def add_shape_args(ap, batch, ctx):
     """--format, --batch, --heads, --kv-heads, --head-dim, --ctx (defaults: 32/8 heads, d 128)."""
     ap.add_argument("--format", default="turboquant_4bit_nc")

@@ -2,14 +2,22 @@
 
 For each count pattern, on one shape and one cache (vLLM's paged TurboQuant layout, every sequence ctx
 tokens long, query j of a sequence with n queries seeing positions [0, ctx - n + j]), times in the same
-run (CUDA events, median of --reps, each an allocating eager call of decode() with its path forced):
+run, two ways (CUDA events, medians of --reps):
+
+  eager  each an allocating call of decode() with its path forced, the host synchronised before it: what
+         decode() costs as it picks a path, since it reads the counts on the host (one synchronisation)
+         before it can choose, so the host's launch work after that shows as GPU time
+  graph  the same call captured in a CUDA graph and replayed back to back: the GPU's time alone (what a
+         caller that forces a path and captures it pays)
+
+for the paths
 
   fused  the fused multi-query kernel with query_start_loc: one launch, each sequence's cache read once
          per 16 query columns (its count x heads per kv head), the launch's passes side by side
   rows   decode_rows: one single-query decode with every query a row of its own (its
          sequence's block table, its causal length), so a sequence is read once per query
   q1     one single-query decode of the batch (one query per sequence): the unit the ratios use
-  decode decode() on its own path (decode_path; dense + the others where a chunk takes_dense)
+  decode decode() on its own path (decode_path; dense + the others where a chunk takes_dense), eager
 
 and prints one row per pattern with the path tqkit_torch.decode() takes (takes_rows for the sequences
 that stay off the dense path), plus one JSON line per row (--json FILE, appended). A pattern is
@@ -24,7 +32,7 @@ import itertools
 import torch
 
 import tqkit_torch as tq
-from _bench import add_shape_args, append_json_lines, cell, filled_cache, timed
+from _bench import add_shape_args, append_json_lines, cell, filled_cache, graph_timed, timed
 
 PATTERNS = ("2,1x31 4,1x31 8,1x31 16,1x31 32,1x31 64,1x31 128,1x31 16x2,1x30 16x4,1x28 16x8,1x24 8x8,1x24 "
             "4x8,1x24 4x16,1x16 2x32 4x32 8x32 16x32")
@@ -50,12 +58,14 @@ def main():
     scale = D ** -0.5
     cache, table, lens = filled_cache(a.format, B, HKV, D, T)
     q1 = torch.randn(B, H, D, device="cuda", dtype=torch.half)
-    t_q1 = timed(lambda: tq.decode(q1, cache, table, lens, a.format, scale, T), a.reps)
+    decode_q1 = lambda: tq.decode(q1, cache, table, lens, a.format, scale, T)
+    t_q1, g_q1 = timed(decode_q1, a.reps), graph_timed(decode_q1, a.reps)
     device = torch.cuda.get_device_name(0)
     print(f"{a.format}, B {B}, {H}/{HKV} heads, d {D}, ctx {T} (ms, medians of {a.reps}; {device}); "
-          f"one query per sequence {t_q1:.4f} ms")
-    print(f"{'counts':>12} {'rows':>5} {'fused':>9} {'rows_ms':>9} {'rows/fused':>11} {'fused/q1':>9} "
-          f"{'rows/q1':>8} {'decode()':>9} {'path':>11}")
+          f"one query per sequence {t_q1:.4f} ms eager, {g_q1:.4f} graph")
+    print(f"{'':>18} {'eager':-^31} {'graph':-^31}")
+    print(f"{'counts':>12} {'qrows':>5} {'fused':>9} {'rows':>9} {'rows/fused':>11} {'fused':>9} {'rows':>9} "
+          f"{'rows/fused':>11} {'decode()':>9} {'path':>11}")
     out = []
     for spec in a.patterns.split():
         counts = parse_counts(spec)
@@ -67,19 +77,20 @@ def main():
         mq = max(counts)
         r = {"format": a.format, "batch": B, "heads": H, "kv_heads": HKV, "head_dim": D, "ctx": T, "counts": spec,
              "rows": starts[-1], "max_count": mq, "device": device, "reps": a.reps, "q1_ms": t_q1,
-             "decode_path": tq.varlen_path(counts, [T] * B, H, HKV)}
+             "q1_graph_ms": g_q1, "decode_path": tq.varlen_path(counts, [T] * B, H, HKV)}
         run = lambda path: tq.decode(q, cache, table, lens, a.format, scale, T, query_start_loc=qsl,
                                      max_query_len=mq, path=path)
-        if mq <= 128:
-            r["fused_ms"] = timed(lambda: run("fused"), a.reps)
-        r["rows_ms"] = timed(lambda: run("rows"), a.reps)
+        for path in (("fused", "rows") if mq <= 128 else ("rows",)):
+            r[f"{path}_ms"] = timed(lambda: run(path), a.reps)
+            r[f"{path}_graph_ms"] = graph_timed(lambda: run(path), a.reps)
         r["decode_ms"] = timed(lambda: run(None), a.reps)
         if "fused_ms" in r:
             r["rows_over_fused"] = r["rows_ms"] / r["fused_ms"]
+            r["rows_over_fused_graph"] = r["rows_graph_ms"] / r["fused_graph_ms"]
         out.append(r)
         f = lambda k, w=9, p=4: cell(r, k, w, p)
         print(f"{spec:>12} {r['rows']:>5} {f('fused_ms')} {f('rows_ms')} {f('rows_over_fused', 11, 2)} "
-              f"{r.get('fused_ms', float('nan')) / t_q1:>9.2f} {r['rows_ms'] / t_q1:>8.2f} {f('decode_ms')} "
+              f"{f('fused_graph_ms')} {f('rows_graph_ms')} {f('rows_over_fused_graph', 11, 2)} {f('decode_ms')} "
               f"{r['decode_path']:>11}")
     append_json_lines(a.json, out)
 
