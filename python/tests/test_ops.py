@@ -217,8 +217,8 @@ def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
     ([4, 1, 16, 2], [301, 17, 12, 129], "fused"), ([1, 1, 1, 1], [301, 17, 64, 129], "fused"),
     ([90, 3, 84, 1], [301, 17, 100, 129], "dense+fused"), ([90, 84], [301, 100], "dense"),
     ([200, 1, 3, 90], [900, 50, 300, 91], "dense+fused"), ([90, 2], [30, 100], "fused"),
-    ([16] + [1] * 29, [301, 12] + [5 + 11 * i for i in range(28)], "rows"),
-    ([90, 8] + [1] * 14, [301, 6] + [3 + 19 * i for i in range(14)], "dense+rows")])
+    ([32] + [1] * 29, [301, 12] + [5 + 11 * i for i in range(28)], "rows"),
+    ([90, 32] + [1] * 20, [301, 30] + [3 + 19 * i for i in range(20)], "dense+rows")])
 @pytest.mark.parametrize("path", [None, "rows"])
 def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_lens, auto, path):
     # vLLM's varlen layout: query [num_tokens, heads, d], sequence i's queries in rows query_start_loc[i] ...;
@@ -228,9 +228,9 @@ def test_decode_with_query_start_loc_equals_float64_attention(fmt, counts, seq_l
     # sequence 2's 16 queries on 12 tokens (its first 4 see nothing: zero rows); [1, 1, 1, 1]:
     # max_query_len 1, the single-query path; [90, 84]: all dense (G 4: from 80 queries); [90, 3, 84, 1] and
     # [200, 1, 3, 90]: chunks dense, the rest fused (two calls on their rows; 200 is beyond the fused
-    # kernel); [90, 2]: 90 queries on 30 tokens stay fused; [16, 1 x 29]: rows (4 fused passes for one
-    # sequence, 45 rows for 30), 16 queries on 301 tokens; [90, 8, 1 x 14]: 90 dense, the rest rows (the 8
-    # queries on 6 tokens: two zero rows). path 'rows': every query a single-query row. auto: decode()'s
+    # kernel); [90, 2]: 90 queries on 30 tokens stay fused; [32, 1 x 29]: rows (8 fused passes for one
+    # sequence, 61 rows for 30), 32 queries on 301 tokens; [90, 32, 1 x 20]: 90 dense, the rest rows (the 32
+    # queries on 30 tokens: two zero rows). path 'rows': every query a single-query row. auto: decode()'s
     # paths for path None (asserted, so a moved rule cannot silently drop a path from this test).
     d, kvh, hq = 128, 2, 8
     assert tq.varlen_path(counts, seq_lens, hq, kvh) == auto
@@ -269,9 +269,9 @@ def test_decode_with_query_start_loc_runs_each_path_on_the_rows_varlen_path_give
         monkeypatch.setattr(tq, name, lambda q, *a, _n=name, _f=real, **k: calls.append((_n, q.shape[0])) or
                             _f(q, *a, **k))
     # (decode_rows runs its rows through the fused launch's allocating form, with one query per row)
-    for counts, expect in (([16] + [1] * 29, [("decode_rows", 45), ("_decode_fused", 45)]),
+    for counts, expect in (([32] + [1] * 29, [("decode_rows", 61), ("_decode_fused", 61)]),
                            ([4, 1, 16, 2], [("_decode_fused", 23)]),
-                           ([90, 8] + [1] * 14, [("decode_dense", 90), ("decode_rows", 22), ("_decode_fused", 22)])):
+                           ([90, 32] + [1] * 20, [("decode_dense", 90), ("decode_rows", 52), ("_decode_fused", 52)])):
         seq_lens = [300] * len(counts)
         cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=23)
         starts = [0, *itertools.accumulate(counts)]

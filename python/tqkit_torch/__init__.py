@@ -28,8 +28,8 @@ decode() takes it where takes_dense(q_len, num_heads, num_kv_heads): q_len >=
 DENSE_MIN_Q_LEN (DENSE_MIN_Q_LEN_SMALL_G below 8 query heads per kv head; measured
 crossover: see python/examples/bench_multi_query.py and experiments/results/kernels.md).
 With query_start_loc it decides per sequence: a chunk that takes_dense goes dense, the
-decodes beside it stay fused (two calls, each on its sequences' rows), or, where a few
-chunks need more than one fused pass among single-query decodes (takes_rows), run as
+decodes beside it stay fused (two calls, each on its sequences' rows), or, where one
+chunk needs many fused passes among single-query decodes (takes_rows), run as
 decode_rows: every query a single-query row. tqkit_torch.paths holds the rules.
 
 Formats: turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_k8v4,

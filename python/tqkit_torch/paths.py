@@ -21,19 +21,28 @@ DENSE_MIN_Q_LEN = 64
 DENSE_MIN_Q_LEN_SMALL_G = 80
 DENSE_LARGE_G = 8  # query heads per kv head from which DENSE_MIN_Q_LEN applies (DENSE_MIN_Q_LEN_SMALL_G below)
 
-# A query_start_loc batch whose fused launch needs more than one pass (a sequence with more queries than
-# one pass of 16 columns holds, 16 / G) runs as decode_rows where its query rows are at most ROWS_MAX_MEAN
-# per sequence and its group size is in ROWS_GROUPS. The fused launch then runs its single-query sequences
-# as 16-column CTAs and the long chunk's further passes over one sequence each, while the rows are dealt
-# over the GPU like single-query decodes. Measured with tq-bench --q-counts (rows_ms: one single-query
-# decode with every query a row; varlen_ms: the fused launch) on one H100, 32/8 heads, d 128, B 32, 32K,
-# turboquant_4bit_nc, k3v4_nc, 3bit_nc and turbo3 (experiments/results/kernels/varlen_h100.txt, section
-# 6): 16,1x31 (1.47 rows per sequence) rows/varlen 0.66-0.77; 128,1x31 (4.97) 0.61-0.77, but that chunk
-# goes dense; 4x8,1x24 (one pass) 1.00-1.16; 16x32 (16) 1.94-2.57. Only G 4 was measured, and only these
-# patterns: the crossover lies above 1.47 rows per sequence (rows still won at 4.97 with one chunk among
-# decodes), so 1.5 keeps to where the rows were measured faster.
-ROWS_MAX_MEAN = 1.5
-ROWS_GROUPS = (4,)
+# A query_start_loc batch runs as decode_rows (every query a single-query row) where its group size is in
+# ROWS_GROUPS, its longest chunk needs at least ROWS_MIN_PASSES passes of the fused launch, and (below G 16)
+# its query rows are at most ROWS_MAX_MEAN per sequence. The fused launch reads a sequence once per pass
+# (16 / G queries), but runs a long chunk's passes over that one sequence while the single-query sequences
+# beside it leave most of their 16-column CTAs idle; the rows read a sequence once per query and are dealt
+# over the GPU like single-query decodes. So the rows win where one chunk needs many passes, and lose where
+# every sequence brings several queries (more bytes; at G 16 a pass holds one query, so the rows read no more
+# than the fused launch and the mean does not matter). Measured through decode() with its path forced (eager
+# calls, the time decode() itself pays: it reads the counts on the host first), B 32, 32K, d 128, on one
+# H100 (python/examples/bench_varlen.py, experiments/results/kernels/varlen_paths.jsonl), rows/fused:
+#   G 4 (32/8; 4bit_nc, k3v4_nc)  32,1x31 0.88, 0.81; 64,1x31 0.91, 0.81; 16,1x31 (4 passes) 1.01, 0.93;
+#                                 16x4,1x28 1.33, 1.19; 16x32 2.40, 2.22
+#   G 8 (64/8)                    32,1x31 0.77; 16x2,1x30 0.83; 16,1x31 (8 passes) 1.00; 8,1x31 (4) 1.18;
+#                                 16x8,1x24 (4.75 rows per sequence) 1.05; 16x32 1.27
+#   G 16 (128/8)                  8,1x31 0.84; 16,1x31 0.71; 32,1x31 0.56; 16x8,1x24 0.83; 16x32 0.82;
+#                                 4,1x31 0.92; 2,1x31 1.18
+#   G 1, 2 (16/16, 16/8)          1.10-5.76 and 1.11-4.68 over every pattern: never
+# Replayed from CUDA graphs (the GPU's time alone) the rows gain 5-15% more (G 4 16,1x31 0.90, 0.80), so a
+# caller that forces path="rows" and captures it can take them more widely.
+ROWS_GROUPS = (4, 8, 16)
+ROWS_MIN_PASSES = 8
+ROWS_MAX_MEAN = 3.0
 PASS_COLUMNS = 16  # query columns (queries x query heads per kv head) one pass of the fused kernel computes
 
 
@@ -62,18 +71,24 @@ def queries_per_pass(num_heads: int, num_kv_heads: int) -> int:
     return max(1, PASS_COLUMNS // max(1, group_size(num_heads, num_kv_heads)))
 
 
+def passes(count: int, num_heads: int, num_kv_heads: int) -> int:
+    """Passes of the fused kernel over a sequence of `count` queries."""
+    per_pass = queries_per_pass(num_heads, num_kv_heads)
+    return (count + per_pass - 1) // per_pass
+
+
 def _rows_possible(max_count: int, num_heads: int, num_kv_heads: int) -> bool:
     """Whether a batch whose largest count is max_count may take decode_rows: a group size in ROWS_GROUPS and
-    more than one fused pass (with one pass the fused launch reads each sequence once)."""
+    at least ROWS_MIN_PASSES fused passes for that count."""
     return (group_size(num_heads, num_kv_heads) in ROWS_GROUPS and
-            max_count > queries_per_pass(num_heads, num_kv_heads))
+            passes(max_count, num_heads, num_kv_heads) >= ROWS_MIN_PASSES)
 
 
 def takes_rows(counts, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() runs the sequences with these query counts (those not on the dense path) as
     decode_rows (else one fused launch)."""
     return (bool(counts) and _rows_possible(max(counts), num_heads, num_kv_heads) and
-            sum(counts) <= ROWS_MAX_MEAN * len(counts))
+            (group_size(num_heads, num_kv_heads) >= PASS_COLUMNS or sum(counts) <= ROWS_MAX_MEAN * len(counts)))
 
 
 def reads_counts(max_query_len: int, num_heads: int, num_kv_heads: int) -> bool:

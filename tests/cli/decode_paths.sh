@@ -4,15 +4,15 @@
 #   (experiments/results/kernels/multi_query_crossover.jsonl): wherever the two paths differ by more than 10%,
 #   the rule picks the faster one. The rule of the older kernels (48 queries at G >= 4, 72 below) must fail
 #   those rows, so the check can tell a stale rule.
-# - takes_rows against tq-bench --q-counts' varlen_ms (the fused launch) and rows_ms (every query a
-#   single-query row) in experiments/results/kernels/varlen_h100.txt: for each batch decode() runs as one
-#   (no chunk on the dense path) whose two times differ by more than 10%, the rule picks the faster one;
-#   with the rows path switched off (no group size takes it) the check must fail.
+# - takes_rows against python/examples/bench_varlen.py's eager fused_ms and rows_ms (the op's fused launch and
+#   decode_rows, each with its path forced; experiments/results/kernels/varlen_paths.jsonl, G 1-16): for each
+#   batch decode() runs as one (no chunk on the dense path) whose two times differ by more than 10%, the rule
+#   picks the faster one; with the rows path switched off (no group size takes it) the check must fail.
 source "$(dirname "$0")/lib.bash"
 
 cat > "$TMP/check.py" <<'PY'
-# check.py PATHS_PY dense ROWS_JSONL [LARGE_G_Q_LEN SMALL_G_Q_LEN LARGE_G] | rows VARLEN_TXT [ROWS_GROUPS]
-import importlib.util, json, re, sys
+# check.py PATHS_PY dense ROWS_JSONL [LARGE_G_Q_LEN SMALL_G_Q_LEN LARGE_G] | rows VARLEN_JSONL [ROWS_GROUPS]
+import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("paths", sys.argv[1])
 rule = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rule)
@@ -36,35 +36,22 @@ def dense(path, overrides):
 def rows(path, overrides):
     if overrides:  # the group sizes that take rows (comma-separated; empty: none)
         rule.ROWS_GROUPS = tuple(int(g) for g in overrides[0].split(",") if g)
-    shape = counts = None
     measured = wrong = 0
-    for line in open(path):
-        m = re.search(r"batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim \d+, ctx (\d+)", line)
-        if m:
-            shape = tuple(int(x) for x in m.groups())
-        m = re.search(r"varlen: one decode with the query counts (\S+) \(.*rows: one single-query decode", line)
-        if m:
-            counts = []
-            for part in m.group(1).split(","):
-                n, _, k = part.partition("x")
-                counts += [int(n)] * (int(k) if k else 1)
-            continue
-        cols = line.split()
-        if counts is None or len(cols) != 16 or not cols[0].startswith(("turbo", "fp", "mse")):
-            if line.startswith("format") and "rows_ms" not in line:
-                counts = None  # a table without rows_ms
-            continue
-        batch, heads, kvh, ctx = shape
-        assert len(counts) == batch, (counts, shape)
-        if "dense" in rule.varlen_path(counts, [ctx] * batch, heads, kvh):
+    for r in (json.loads(line) for line in open(path) if line.strip()):
+        counts = []
+        for part in r["counts"].split(","):
+            n, _, k = part.partition("x")
+            counts += [int(n)] * (int(k) if k else 1)
+        heads, kvh = r["heads"], r["kv_heads"]
+        assert len(counts) == r["batch"], r
+        if "fused_ms" not in r or "dense" in rule.varlen_path(counts, [r["ctx"]] * len(counts), heads, kvh):
             continue  # decode() does not run this batch as one launch
-        varlen_ms, rows_ms = float(cols[12]), float(cols[14])
         measured += 1
-        if abs(rows_ms / varlen_ms - 1) > 0.1 and rule.takes_rows(counts, heads, kvh) != (rows_ms < varlen_ms):
+        fused_ms, rows_ms = r["fused_ms"], r["rows_ms"]
+        if abs(rows_ms / fused_ms - 1) > 0.1 and rule.takes_rows(counts, heads, kvh) != (rows_ms < fused_ms):
             wrong += 1
-            print(f"{cols[0]} {heads}/{kvh} counts {','.join(map(str, counts[:3]))}...: fused {varlen_ms} ms, "
-                  f"rows {rows_ms} ms")
-    if measured < 8:
+            print(f"{r['format']} {heads}/{kvh} counts {r['counts']}: fused {fused_ms:.4f} ms, rows {rows_ms:.4f} ms")
+    if measured < 20:
         sys.exit(f"only {measured} measured rows")
     return measured, wrong
 
@@ -76,9 +63,9 @@ PY
 
 RULE="$SRC/python/tqkit_torch/paths.py"
 ROWS="$SRC/experiments/results/kernels/multi_query_crossover.jsonl"
-VARLEN="$SRC/experiments/results/kernels/varlen_h100.txt"
+VARLEN="$SRC/experiments/results/kernels/varlen_paths.jsonl"
 run python3 "$TMP/check.py" "$RULE" dense "$ROWS"; expect_rc 0; expect_out ", 0 on the slower path"
 run python3 "$TMP/check.py" "$RULE" dense "$ROWS" 48 72 4; expect_rc 1; expect_out "32/8 q_len 48"
 run python3 "$TMP/check.py" "$RULE" rows "$VARLEN"; expect_rc 0; expect_out ", 0 on the slower path"
-run python3 "$TMP/check.py" "$RULE" rows "$VARLEN" ""; expect_rc 1; expect_out "32/8 counts 16,1,1"
+run python3 "$TMP/check.py" "$RULE" rows "$VARLEN" ""; expect_rc 1; expect_out "128/8 counts 16,1x31"
 finish
