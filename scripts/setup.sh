@@ -62,12 +62,14 @@ if [ ! -f build/CMakeCache.txt ] || ! grep -q "^TQ_CUDA_DEVICE_CODE:STRING=$TQ_C
 fi
 build() {  # quiet on success; the build log's tail on failure
   local dir=$1; shift
+  local t0=$SECONDS
   log "building $dir/"
   if ! cmake --build "$dir" -j "$JOBS" "$@" >"$dir/build.log" 2>&1; then
     tail -n 60 "$dir/build.log" >&2
     echo "[setup] build of $dir failed (full log: $dir/build.log)" >&2
     exit 1
   fi
+  log "built $dir/ in $((SECONDS - t0)) s"
 }
 build build
 
