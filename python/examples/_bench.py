@@ -22,18 +22,24 @@ def timed(fn, reps=50):
     return sorted(times)[len(times) // 2]
 
 
-def graph_timed(fn, reps=20, replays=5):
-    """Median milliseconds per replay of fn captured in a CUDA graph: the GPU's time without the host's (each
-    of `reps` samples times `replays` replays back to back). fn must be capturable: it reads nothing on the
-    host."""
+def captured(fn):
+    """fn captured in a CUDA graph, after one call on a side stream (allocator, lazy initialisation). fn must be
+    capturable: it reads nothing on the host."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture (allocator, lazy initialisation)
+    with torch.cuda.stream(s):
         fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
+    return g
+
+
+def graph_timed(fn, reps=20, replays=5):
+    """Median milliseconds per replay of fn captured in a CUDA graph (captured): the GPU's time without the
+    host's (each of `reps` samples times `replays` replays back to back)."""
+    g = captured(fn)
     g.replay()
     torch.cuda.synchronize()
     times = []

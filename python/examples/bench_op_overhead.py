@@ -18,6 +18,7 @@ import time
 import torch
 
 import tqkit_torch as tq
+from _bench import captured
 
 
 ROUNDS = 5  # alternating eager / graph rounds per shape
@@ -54,14 +55,7 @@ def main():
         ws = torch.empty(tq.decode_workspace_bytes(fmt, B, 1, H, HKV, D, bs, T, splits), dtype=torch.uint8,
                          device="cuda")
         call = lambda: tq.decode_out(out, q, cache, table, lens, ws, fmt, D ** -0.5, T, splits)
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            call()
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            call()
+        g = captured(call)
         fns, times = {"eager": call, "graph": g.replay}, {"eager": [], "graph": []}
         for r in range(ROUNDS):
             for k in (("eager", "graph") if r % 2 == 0 else ("graph", "eager")):

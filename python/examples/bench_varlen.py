@@ -38,15 +38,6 @@ PATTERNS = ("2,1x31 4,1x31 8,1x31 16,1x31 32,1x31 64,1x31 128,1x31 16x2,1x30 16x
             "4x8,1x24 4x16,1x16 2x32 4x32 8x32 16x32")
 
 
-def parse_counts(spec):
-    """'16,1x31' -> [16, 1, 1, ...]: comma-separated counts, NxM for M sequences of N queries."""
-    counts = []
-    for part in spec.split(","):
-        n, _, m = part.partition("x")
-        counts += [int(n)] * (int(m) if m else 1)
-    return counts
-
-
 def main():
     ap = argparse.ArgumentParser()
     add_shape_args(ap, batch=32, ctx=32768)
@@ -68,7 +59,7 @@ def main():
           f"{'rows/fused':>11} {'decode()':>9} {'path':>11}")
     out = []
     for spec in a.patterns.split():
-        counts = parse_counts(spec)
+        counts = tq.paths.count_pattern(spec)
         if len(counts) != B:
             raise SystemExit(f"--patterns: {spec} has {len(counts)} counts for a batch of {B}")
         starts = [0, *itertools.accumulate(counts)]

@@ -21,16 +21,16 @@ DENSE_MIN_Q_LEN = 64
 DENSE_MIN_Q_LEN_SMALL_G = 80
 DENSE_LARGE_G = 8  # query heads per kv head from which DENSE_MIN_Q_LEN applies (DENSE_MIN_Q_LEN_SMALL_G below)
 
-# A query_start_loc batch runs as decode_rows (every query a single-query row) where its group size is in
-# ROWS_GROUPS, its longest chunk needs at least ROWS_MIN_PASSES passes of the fused launch, and (below G 16)
-# its query rows are at most ROWS_MAX_MEAN per sequence. The fused launch reads a sequence once per pass
-# (16 / G queries), but runs a long chunk's passes over that one sequence while the single-query sequences
-# beside it leave most of their 16-column CTAs idle; the rows read a sequence once per query and are dealt
-# over the GPU like single-query decodes. So the rows win where one chunk needs many passes, and lose where
-# every sequence brings several queries (more bytes; at G 16 a pass holds one query, so the rows read no more
-# than the fused launch and the mean does not matter). Measured through decode() with its path forced (eager
-# calls, the time decode() itself pays: it reads the counts on the host first), B 32, 32K, d 128, on one
-# H100 (python/examples/bench_varlen.py, experiments/results/kernels/varlen_paths.jsonl), rows/fused:
+# A query_start_loc batch runs as decode_rows (every query a single-query row) where its group size is in ROWS_GROUPS,
+# its longest chunk needs at least ROWS_MIN_PASSES passes of the fused launch, and (where a pass holds more than one
+# query) its query rows are at most ROWS_MAX_MEAN per sequence. The fused launch reads a sequence once per pass (16/G
+# queries), but runs a long chunk's passes over that one sequence while the single-query sequences beside it leave
+# most of their 16-column CTAs idle; the rows read a sequence once per query and are dealt over the GPU like
+# single-query decodes. So the rows win where one chunk needs many passes, and lose where every sequence brings
+# several queries (more bytes; from G 9 a pass holds one query, so the rows read no more than the fused launch and the
+# mean does not matter). Measured through decode() with its path forced (eager calls, the time decode() itself pays:
+# it reads the counts on the host first), B 32, 32K, d 128, on one H100 (python/examples/bench_varlen.py,
+# experiments/results/kernels/varlen_paths.jsonl), rows/fused:
 #   G 4 (32/8; 4bit_nc, k3v4_nc)  32,1x31 0.88, 0.81; 64,1x31 0.91, 0.81; 16,1x31 (4 passes) 1.01, 0.93;
 #                                 16x4,1x28 1.33, 1.19; 16x32 2.40, 2.22
 #   G 8 (64/8)                    32,1x31 0.77; 16x2,1x30 0.83; 16,1x31 (8 passes) 1.00; 8,1x31 (4) 1.18;
@@ -44,6 +44,16 @@ ROWS_GROUPS = (4, 8, 16)
 ROWS_MIN_PASSES = 8
 ROWS_MAX_MEAN = 3.0
 PASS_COLUMNS = 16  # query columns (queries x query heads per kv head) one pass of the fused kernel computes
+
+
+def count_pattern(spec: str):
+    """tq-bench's --q-counts notation: '16,1x31' -> [16, 1, 1, ...] (comma-separated query counts, NxM for M
+    sequences of N queries)."""
+    counts = []
+    for part in spec.split(","):
+        n, _, m = part.partition("x")
+        counts += [int(n)] * (int(m) if m else 1)
+    return counts
 
 
 def group_size(num_heads: int, num_kv_heads: int) -> int:
@@ -88,7 +98,7 @@ def takes_rows(counts, num_heads: int, num_kv_heads: int) -> bool:
     """Whether decode() runs the sequences with these query counts (those not on the dense path) as
     decode_rows (else one fused launch)."""
     return (bool(counts) and _rows_possible(max(counts), num_heads, num_kv_heads) and
-            (group_size(num_heads, num_kv_heads) >= PASS_COLUMNS or sum(counts) <= ROWS_MAX_MEAN * len(counts)))
+            (queries_per_pass(num_heads, num_kv_heads) == 1 or sum(counts) <= ROWS_MAX_MEAN * len(counts)))
 
 
 def reads_counts(max_query_len: int, num_heads: int, num_kv_heads: int) -> bool:

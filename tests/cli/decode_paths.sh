@@ -38,10 +38,7 @@ def rows(path, overrides):
         rule.ROWS_GROUPS = tuple(int(g) for g in overrides[0].split(",") if g)
     measured = wrong = 0
     for r in (json.loads(line) for line in open(path) if line.strip()):
-        counts = []
-        for part in r["counts"].split(","):
-            n, _, k = part.partition("x")
-            counts += [int(n)] * (int(k) if k else 1)
+        counts = rule.count_pattern(r["counts"])
         heads, kvh = r["heads"], r["kv_heads"]
         assert len(counts) == r["batch"], r
         if "fused_ms" not in r or "dense" in rule.varlen_path(counts, [r["ctx"]] * len(counts), heads, kvh):
