@@ -17,7 +17,8 @@ for the paths
   rows   decode_rows: one single-query decode with every query a row of its own (its
          sequence's block table, its causal length), so a sequence is read once per query
   q1     one single-query decode of the batch (one query per sequence): the unit the ratios use
-  decode decode() on its own path (decode_path; dense + the others where a chunk takes_dense), eager
+  decode decode() on its own path (decode_path; dense + the others where a chunk takes_dense), eager;
+         host: the same with query_start_loc_cpu and seq_lens_cpu, so it chooses without a synchronisation
 
 and prints one row per pattern with the path tqkit_torch.decode() takes (takes_rows for the sequences
 that stay off the dense path), plus one JSON line per row (--json FILE, appended). A pattern is
@@ -56,7 +57,7 @@ def main():
           f"one query per sequence {t_q1:.4f} ms eager, {g_q1:.4f} graph")
     print(f"{'':>18} {'eager':-^31} {'graph':-^31}")
     print(f"{'counts':>12} {'qrows':>5} {'fused':>9} {'rows':>9} {'rows/fused':>11} {'fused':>9} {'rows':>9} "
-          f"{'rows/fused':>11} {'decode()':>9} {'path':>11}")
+          f"{'rows/fused':>11} {'decode()':>9} {'host':>9} {'path':>11}")
     out = []
     for spec in a.patterns.split():
         counts = tq.paths.count_pattern(spec)
@@ -69,12 +70,14 @@ def main():
         r = {"format": a.format, "batch": B, "heads": H, "kv_heads": HKV, "head_dim": D, "ctx": T, "counts": spec,
              "rows": starts[-1], "max_count": mq, "device": device, "reps": a.reps, "q1_ms": t_q1,
              "q1_graph_ms": g_q1, "decode_path": tq.varlen_path(counts, [T] * B, H, HKV)}
-        run = lambda path: tq.decode(q, cache, table, lens, a.format, scale, T, query_start_loc=qsl,
-                                     max_query_len=mq, path=path)
+        run = lambda path, **host: tq.decode(q, cache, table, lens, a.format, scale, T, query_start_loc=qsl,
+                                             max_query_len=mq, path=path, **host)
         for path in (("fused", "rows") if mq <= 128 else ("rows",)):
             r[f"{path}_ms"] = timed(lambda: run(path), a.reps)
             r[f"{path}_graph_ms"] = graph_timed(lambda: run(path), a.reps)
         r["decode_ms"] = timed(lambda: run(None), a.reps)
+        host = {"query_start_loc_cpu": torch.tensor(starts, dtype=torch.int32), "seq_lens_cpu": lens.cpu()}
+        r["decode_host_ms"] = timed(lambda: run(None, **host), a.reps)
         if "fused_ms" in r:
             r["rows_over_fused"] = r["rows_ms"] / r["fused_ms"]
             r["rows_over_fused_graph"] = r["rows_graph_ms"] / r["fused_graph_ms"]
@@ -82,7 +85,7 @@ def main():
         f = lambda k, w=9, p=4: cell(r, k, w, p)
         print(f"{spec:>12} {r['rows']:>5} {f('fused_ms')} {f('rows_ms')} {f('rows_over_fused', 11, 2)} "
               f"{f('fused_graph_ms')} {f('rows_graph_ms')} {f('rows_over_fused_graph', 11, 2)} {f('decode_ms')} "
-              f"{r['decode_path']:>11}")
+              f"{f('decode_host_ms')} {r['decode_path']:>11}")
     append_json_lines(a.json, out)
 
 

@@ -282,6 +282,33 @@ def test_decode_with_query_start_loc_runs_each_path_on_the_rows_varlen_path_give
         assert calls == expect, counts
 
 
+def test_decode_with_host_copies_of_the_counts_chooses_its_path_without_a_synchronisation():
+    # vLLM passes query_start_loc_cpu and seq_lens_cpu beside the device tensors: with them decode() reads
+    # nothing back from the GPU where the batch stays on the rows or the fused path (torch's sync debug mode
+    # raises on any synchronising call), gives the same output as reading the device tensors, and without
+    # them the same calls do synchronise (so the check can fail)
+    fmt, d, kvh, hq = "turboquant_4bit_nc", 128, 2, 8
+    for counts, path in (([32] + [1] * 29, "rows"), ([40, 1, 1, 1], "fused")):
+        seq_lens = [300] * len(counts)
+        assert tq.varlen_path(counts, seq_lens, hq, kvh) == path
+        cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=25)
+        starts = [0, *itertools.accumulate(counts)]
+        q = torch.randn(starts[-1], hq, d, generator=gen(26)).half().to(DEV)
+        qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
+        call = lambda **host: tq.decode(q, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, **host)
+        want = call()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = call(query_start_loc_cpu=torch.tensor(starts, dtype=torch.int32),
+                       seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32))
+            with pytest.raises(RuntimeError, match="synchroniz"):
+                call()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert torch.equal(got, want), counts
+
+
 def test_decode_with_query_start_loc_equals_the_padded_calls():
     # the varlen call against one uniform call per sequence (each sequence alone with its own q_len: other
     # launches, some with other kernels, so within the fp16 outputs' error rather than equal)
@@ -383,6 +410,15 @@ def test_decode_with_query_start_loc_refuses_bad_arguments_by_name():
         tq.decode_rows(q, cache, table, lens[:1], fmt, 0.1, qsl)
     with pytest.raises(ValueError, match=r"query: decode_rows needs \[num_tokens"):
         tq.decode_rows(q[None], cache, table, lens, fmt, 0.1, qsl)
+    host_qsl = qsl.cpu()
+    for host, msg in ((dict(query_start_loc_cpu=qsl), "query_start_loc_cpu: must be a CPU tensor, got cuda"),
+                      (dict(query_start_loc_cpu=host_qsl.float()), "query_start_loc_cpu: must be int32 or int64"),
+                      (dict(seq_lens_cpu=lens.cpu()[:1]), r"seq_lens_cpu: shape \(1,\) differs"),
+                      (dict(query_start_loc_cpu=host_qsl + 1, validate=True), "query_start_loc_cpu: differs")):
+        with pytest.raises(ValueError, match=msg):
+            tq.decode(q, cache, table, lens, fmt, 0.1, query_start_loc=qsl, **host)
+    with pytest.raises(ValueError, match="query_start_loc_cpu: given without query_start_loc"):
+        tq.decode(q[:2], cache, table, lens, fmt, 0.1, query_start_loc_cpu=host_qsl)
 
 
 @pytest.mark.parametrize("seq_lens", [[301, 80, 64, 70], [301, 17, 64, 70]])
