@@ -186,8 +186,9 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
             raise ValueError(f"query: with query_start_loc it must be [num_tokens, num_heads, head_dim], got "
                              f"{tuple(query.shape)}")
         if max_query_len is None:
-            starts = query_start_loc if query_start_loc_cpu is None else query_start_loc_cpu
-            max_query_len = int((starts[1:] - starts[:-1]).max())
+            if query_start_loc_cpu is None:  # one read of the counts, kept for the path's choice below
+                query_start_loc_cpu = query_start_loc.cpu()
+            max_query_len = int((query_start_loc_cpu[1:] - query_start_loc_cpu[:-1]).max())
     elif path == "rows":
         raise ValueError("path: 'rows' needs query_start_loc")
     if validate:
