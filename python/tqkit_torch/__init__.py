@@ -168,10 +168,9 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
     max_seq_len defaults to block_table's capacity; with query_start_loc, max_query_len to the largest
     count (read on the host).
     query_start_loc_cpu, seq_lens_cpu: host copies of query_start_loc and seq_lens (vLLM's attention metadata
-    has both). Where given, decode() reads the counts and lengths it chooses the path from there instead of
+    has both). Where given, decode() and decode_dense read the counts and lengths from there instead of
     from the device, which costs a synchronisation (a median 0.05 ms per call, up to 0.17, for the 20 batches
-    that read them at G 4, B 32, 32K on one H100: bench_varlen's decode() against its forced path).
-    decode_dense, where a chunk goes, still reads the device's lengths."""
+    that read them at G 4, B 32, 32K on one H100: bench_varlen's decode() against its forced path)."""
     if path not in (None, "fused", "dense", "rows"):
         raise ValueError(f"path: {path!r} is not 'fused', 'dense', 'rows' or None")
     if max_seq_len is None:
@@ -204,7 +203,8 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
     # (every sequence must hold its chunk: the shortest decides; the dense path reads seq_lens on the host anyway)
     if path == "dense" or (path is None and takes_dense(q_len, heads, kvh) and goes_dense(
             q_len, min(_host_list(seq_lens_cpu, seq_lens), default=0), heads, kvh)):
-        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len)
+        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
+                            seq_lens_cpu=seq_lens_cpu)
     return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits)
 
 
@@ -235,10 +235,11 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
     on its sequences' rows."""
     b, heads, kvh = query_start_loc.shape[0] - 1, query.shape[1], kv_cache.shape[2]
 
-    def run(part, q, qsl, idx, mq):
+    def run(part, q, qsl, idx, mq, qsl_cpu=query_start_loc_cpu, lens_cpu=seq_lens_cpu):
         t, lens = (block_table, seq_lens) if idx is None else (block_table[idx], seq_lens[idx])
         if part == "dense":
-            return decode_dense(q, kv_cache, t, lens, format, scale, max_seq_len, query_start_loc=qsl)
+            return decode_dense(q, kv_cache, t, lens, format, scale, max_seq_len, query_start_loc=qsl,
+                                query_start_loc_cpu=qsl_cpu, seq_lens_cpu=lens_cpu)
         if part == "rows":
             return decode_rows(q, kv_cache, t, lens, format, scale, qsl, max_seq_len, num_splits)
         return _decode_fused(q, kv_cache, t, lens, format, scale, max_seq_len, num_splits, qsl, mq)
@@ -258,8 +259,9 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
         rows = torch.tensor([r for i in seqs for r in range(starts[i], starts[i + 1])], dtype=torch.int64,
                             device=query.device)  # (one copy to the device, not one arange per sequence)
         part_counts = [counts[i] for i in seqs]
-        qsl = torch.tensor([0] + list(itertools.accumulate(part_counts)), dtype=torch.int32, device=query.device)
-        out[rows] = run(part, query[rows], qsl, idx, max(part_counts))
+        qsl_cpu = torch.tensor([0] + list(itertools.accumulate(part_counts)), dtype=torch.int32)
+        lens_cpu = torch.tensor([lens[i] for i in seqs], dtype=torch.int32)
+        out[rows] = run(part, query[rows], qsl_cpu.to(query.device), idx, max(part_counts), qsl_cpu, lens_cpu)
     return out
 
 
@@ -286,15 +288,17 @@ def dequant_out(k_out, v_out, kv_cache, block_table, seq_lens, out_offsets, form
 
 
 def dequant(kv_cache, block_table, seq_lens, format: str, head_dim: int, dtype=torch.float16, max_seq_len=None,
-            validate: bool = False):
-    """Allocating form of dequant_out: returns k, v [sum(seq_lens), num_kv_heads, head_dim], sequences in order."""
+            validate: bool = False, seq_lens_cpu=None):
+    """Allocating form of dequant_out: returns k, v [sum(seq_lens), num_kv_heads, head_dim], sequences in order.
+    The row count is read on the host: from seq_lens_cpu where given (no synchronisation), else from seq_lens."""
     if max_seq_len is None:
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
+    _check_host_copy("seq_lens_cpu", seq_lens_cpu, seq_lens, validate)
     if validate:
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
     lens = seq_lens.to(torch.int64)
     offsets = (torch.cumsum(lens, 0) - lens).to(torch.int32)
-    rows = int(lens.sum())
+    rows = sum(_host_list(seq_lens_cpu, seq_lens))
     k = torch.empty(rows, kv_cache.shape[2], head_dim, dtype=dtype, device=kv_cache.device)
     v = torch.empty_like(k)
     dequant_out(k, v, kv_cache, block_table, seq_lens, offsets, format, max_seq_len)
@@ -321,23 +325,31 @@ def _causal_sdpa(q, k, v, scale):
 
 
 def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: float, max_seq_len: int = None,
-                 query_start_loc=None):
+                 query_start_loc=None, query_start_loc_cpu=None, seq_lens_cpu=None):
     """The large-chunk path: every sequence's cache dequantized to fp16 (dequant), then torch SDPA with the
     causal mask aligned to the end (query j sees positions [0, seq_len - q_len + j]). query [num_seqs, q_len,
     num_heads, head_dim] fp16 or bf16 (bf16: converted to fp16 as the fused kernels do, the output rounded
     back), or [num_tokens, num_heads, head_dim] with query_start_loc; needs seq_len >= q_len. Reads seq_lens
-    (and query_start_loc) on the host (not for CUDA graphs)."""
+    (and query_start_loc) on the host, from their host copies (decode()'s seq_lens_cpu, query_start_loc_cpu)
+    where given, else with a synchronisation; not for CUDA graphs."""
+    if query_start_loc_cpu is not None and query_start_loc is None:
+        raise ValueError("query_start_loc_cpu: given without query_start_loc")
+    for name, host, dev in (("query_start_loc_cpu", query_start_loc_cpu, query_start_loc),
+                            ("seq_lens_cpu", seq_lens_cpu, seq_lens)):
+        _check_host_copy(name, host, dev, False)
+    lens = _host_list(seq_lens_cpu, seq_lens)
     if query_start_loc is not None:
         if query.dim() != 3:
             raise ValueError(f"query: with query_start_loc decode_dense needs [num_tokens, num_heads, head_dim], "
                              f"got {tuple(query.shape)}")
-        lens, starts = seq_lens.tolist(), query_start_loc.tolist()
+        starts = _host_list(query_start_loc_cpu, query_start_loc)
         short = [i for i, n in enumerate(lens) if n < starts[i + 1] - starts[i]]
         if short:
             i = short[0]
             raise ValueError(f"seq_lens: decode_dense needs every sequence to hold its queries (sequence {i}: "
                              f"{lens[i]} tokens, {starts[i + 1] - starts[i]} queries)")
-        k, v = dequant(kv_cache, block_table, seq_lens, format, query.shape[2], max_seq_len=max_seq_len)
+        k, v = dequant(kv_cache, block_table, seq_lens, format, query.shape[2], max_seq_len=max_seq_len,
+                       seq_lens_cpu=seq_lens_cpu)
         out = torch.empty_like(query)
         q16 = query.to(torch.float16)
         rows = [slice(starts[i], starts[i + 1]) for i in range(len(lens))]
@@ -347,10 +359,9 @@ def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: flo
     if query.dim() != 4:
         raise ValueError(f"query: decode_dense needs [num_seqs, q_len, num_heads, head_dim], got {tuple(query.shape)}")
     b, q_len, heads, d = query.shape
-    lens = seq_lens.tolist()
     if min(lens) < q_len:
         raise ValueError(f"seq_lens: decode_dense needs every sequence to hold its {q_len} queries (shortest {min(lens)})")
-    k, v = dequant(kv_cache, block_table, seq_lens, format, d, max_seq_len=max_seq_len)
+    k, v = dequant(kv_cache, block_table, seq_lens, format, d, max_seq_len=max_seq_len, seq_lens_cpu=seq_lens_cpu)
     out = torch.empty_like(query)
     query = query.to(torch.float16)
     if all(n == lens[0] for n in lens):  # one batched SDPA
