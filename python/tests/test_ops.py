@@ -352,7 +352,7 @@ def test_decode_with_query_start_loc_equals_the_padded_calls():
     fmt, d, kvh, hq = "turboquant_k3v4_nc", 128, 8, 32
     seq_lens, counts = [500, 77, 1000], [4, 2, 3]
     cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=15)
-    starts = [0, 4, 6, 9]
+    starts = [0, *itertools.accumulate(counts)]
     q = torch.randn(9, hq, d, generator=gen(16)).half().to(DEV)
     qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
     out = tq.decode(q, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, max_query_len=4, num_splits=2)
