@@ -199,7 +199,7 @@ def multi_query():
         took = f"{r[0]:.2f}× in each" if min(r) == max(r) else f"{min(r):.2f}–{max(r):.2f}×"
         own = machines[1][1][4]["over_q1"]
         which = ("one of the passes at the median" if own == sorted(r)[(len(r) - 1) // 2] else
-                 f"the newest pass ({own:.2f}× at q_len 4)")
+                 f"the pass of main at {machines[1][2]} ({own:.2f}× at q_len 4)")
         note += (f" Over {len(r)} passes of the same kernels on that H100, q_len 4 took {took} a single-query decode; "
                  f"the rows are {which}.")
     elif (r := passes(mq_rows("multi_query_tqbench_h100.txt", 1)[0])):
