@@ -169,8 +169,8 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
     count (read on the host).
     query_start_loc_cpu, seq_lens_cpu: host copies of query_start_loc and seq_lens (vLLM's attention metadata
     has both). Where given, decode() and decode_dense read the counts and lengths from there instead of
-    from the device, which costs a synchronisation (a median 0.05 ms per call, up to 0.17, for the 20 batches
-    that read them at G 4, B 32, 32K on one H100: bench_varlen's decode() against its forced path)."""
+    from the device, which costs a synchronisation (a median 0.03 ms per call, up to 0.13, over the 27 batches
+    of G 1-16 that read them at B 32, 32K on one H100: bench_varlen's decode_ms against decode_host_ms)."""
     if path not in (None, "fused", "dense", "rows"):
         raise ValueError(f"path: {path!r} is not 'fused', 'dense', 'rows' or None")
     if max_seq_len is None:
