@@ -175,11 +175,7 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
         raise ValueError(f"path: {path!r} is not 'fused', 'dense', 'rows' or None")
     if max_seq_len is None:
         max_seq_len = block_table.shape[1] * kv_cache.shape[1]
-    if query_start_loc_cpu is not None and query_start_loc is None:
-        raise ValueError("query_start_loc_cpu: given without query_start_loc")
-    for name, host, dev in (("query_start_loc_cpu", query_start_loc_cpu, query_start_loc),
-                            ("seq_lens_cpu", seq_lens_cpu, seq_lens)):
-        _check_host_copy(name, host, dev, validate)
+    _check_host_copies(query_start_loc, query_start_loc_cpu, seq_lens, seq_lens_cpu, validate)
     if query_start_loc is not None:
         if query.dim() != 3:
             raise ValueError(f"query: with query_start_loc it must be [num_tokens, num_heads, head_dim], got "
@@ -200,12 +196,22 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
                               query_start_loc, max_query_len, path, query_start_loc_cpu, seq_lens_cpu)
     _, q_len, heads, _ = _qshape(query)
     kvh = kv_cache.shape[2]
-    # (every sequence must hold its chunk: the shortest decides; the dense path reads seq_lens on the host anyway)
-    if path == "dense" or (path is None and takes_dense(q_len, heads, kvh) and goes_dense(
-            q_len, min(_host_list(seq_lens_cpu, seq_lens), default=0), heads, kvh)):
-        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
-                            seq_lens_cpu=seq_lens_cpu)
+    if path == "dense" or (path is None and takes_dense(q_len, heads, kvh)):
+        # (every sequence must hold its chunk: the shortest decides; the one host copy serves decode_dense too)
+        seq_lens_cpu = _host_copy(seq_lens_cpu, seq_lens)
+        if path == "dense" or goes_dense(q_len, int(seq_lens_cpu.min()) if len(seq_lens_cpu) else 0, heads, kvh):
+            return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
+                                seq_lens_cpu=seq_lens_cpu)
     return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits)
+
+
+def _check_host_copies(query_start_loc, query_start_loc_cpu, seq_lens, seq_lens_cpu, validate):
+    """decode()'s and decode_dense's host copies: query_start_loc_cpu only beside query_start_loc, each one
+    as _check_host_copy checks it."""
+    if query_start_loc_cpu is not None and query_start_loc is None:
+        raise ValueError("query_start_loc_cpu: given without query_start_loc")
+    _check_host_copy("query_start_loc_cpu", query_start_loc_cpu, query_start_loc, validate)
+    _check_host_copy("seq_lens_cpu", seq_lens_cpu, seq_lens, validate)
 
 
 def _check_host_copy(name, host, dev, validate):
@@ -223,9 +229,9 @@ def _check_host_copy(name, host, dev, validate):
         raise ValueError(f"{name}: differs from the device tensor it copies")
 
 
-def _host_list(host, dev):
-    """A host copy's values, else the device tensor's (one synchronisation)."""
-    return (dev if host is None else host).tolist()
+def _host_copy(host, dev):
+    """A host copy of dev: host where given, else dev copied to the host (one synchronisation)."""
+    return dev.cpu() if host is None else host
 
 
 def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
@@ -235,7 +241,7 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
     on its sequences' rows."""
     b, heads, kvh = query_start_loc.shape[0] - 1, query.shape[1], kv_cache.shape[2]
 
-    def run(part, q, qsl, idx, mq, qsl_cpu=query_start_loc_cpu, lens_cpu=seq_lens_cpu):
+    def run(part, q, qsl, idx, mq, qsl_cpu, lens_cpu):
         t, lens = (block_table, seq_lens) if idx is None else (block_table[idx], seq_lens[idx])
         if part == "dense":
             return decode_dense(q, kv_cache, t, lens, format, scale, max_seq_len, query_start_loc=qsl,
@@ -245,14 +251,17 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
         return _decode_fused(q, kv_cache, t, lens, format, scale, max_seq_len, num_splits, qsl, mq)
 
     if path is not None:
-        return run(path, query, query_start_loc, None, max_query_len)
+        return run(path, query, query_start_loc, None, max_query_len, query_start_loc_cpu, seq_lens_cpu)
     if not reads_counts(max_query_len, heads, kvh):  # one fused pass: no counts needed on the host
-        return run("fused", query, query_start_loc, None, max_query_len)
-    starts, lens = _host_list(query_start_loc_cpu, query_start_loc), _host_list(seq_lens_cpu, seq_lens)
+        return run("fused", query, query_start_loc, None, max_query_len, None, None)
+    query_start_loc_cpu = _host_copy(query_start_loc_cpu, query_start_loc)
+    seq_lens_cpu = _host_copy(seq_lens_cpu, seq_lens)
+    starts, lens = query_start_loc_cpu.tolist(), seq_lens_cpu.tolist()
     counts = [starts[i + 1] - starts[i] for i in range(b)]
     dense, rest, rest_path = varlen_split(counts, lens, heads, kvh)
     if not rest or not dense:
-        return run("dense" if not rest else rest_path, query, query_start_loc, None, max_query_len)
+        return run("dense" if not rest else rest_path, query, query_start_loc, None, max_query_len,
+                   query_start_loc_cpu, seq_lens_cpu)
     out = torch.empty_like(query)
     for seqs, part in ((dense, "dense"), (rest, rest_path)):
         idx = torch.tensor(seqs, dtype=torch.int64, device=query.device)
@@ -298,7 +307,7 @@ def dequant(kv_cache, block_table, seq_lens, format: str, head_dim: int, dtype=t
         validate_indices(kv_cache, block_table=block_table, seq_lens=seq_lens, max_seq_len=max_seq_len)
     lens = seq_lens.to(torch.int64)
     offsets = (torch.cumsum(lens, 0) - lens).to(torch.int32)
-    rows = sum(_host_list(seq_lens_cpu, seq_lens))
+    rows = int(_host_copy(seq_lens_cpu, seq_lens).sum())
     k = torch.empty(rows, kv_cache.shape[2], head_dim, dtype=dtype, device=kv_cache.device)
     v = torch.empty_like(k)
     dequant_out(k, v, kv_cache, block_table, seq_lens, offsets, format, max_seq_len)
@@ -332,17 +341,14 @@ def decode_dense(query, kv_cache, block_table, seq_lens, format: str, scale: flo
     back), or [num_tokens, num_heads, head_dim] with query_start_loc; needs seq_len >= q_len. Reads seq_lens
     (and query_start_loc) on the host, from their host copies (decode()'s seq_lens_cpu, query_start_loc_cpu)
     where given, else with a synchronisation; not for CUDA graphs."""
-    if query_start_loc_cpu is not None and query_start_loc is None:
-        raise ValueError("query_start_loc_cpu: given without query_start_loc")
-    for name, host, dev in (("query_start_loc_cpu", query_start_loc_cpu, query_start_loc),
-                            ("seq_lens_cpu", seq_lens_cpu, seq_lens)):
-        _check_host_copy(name, host, dev, False)
-    lens = _host_list(seq_lens_cpu, seq_lens)
+    _check_host_copies(query_start_loc, query_start_loc_cpu, seq_lens, seq_lens_cpu, False)
+    seq_lens_cpu = _host_copy(seq_lens_cpu, seq_lens)  # one read, for the checks here and dequant's row count
+    lens = seq_lens_cpu.tolist()
     if query_start_loc is not None:
         if query.dim() != 3:
             raise ValueError(f"query: with query_start_loc decode_dense needs [num_tokens, num_heads, head_dim], "
                              f"got {tuple(query.shape)}")
-        starts = _host_list(query_start_loc_cpu, query_start_loc)
+        starts = _host_copy(query_start_loc_cpu, query_start_loc).tolist()
         short = [i for i, n in enumerate(lens) if n < starts[i + 1] - starts[i]]
         if short:
             i = short[0]
