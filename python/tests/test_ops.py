@@ -310,8 +310,9 @@ def test_decode_with_host_copies_of_the_counts_chooses_its_path_without_a_synchr
 
 
 def test_decode_dense_reads_its_lengths_from_the_host_copies():
-    # a uniform chunk and a varlen chunk of 96 queries go to decode_dense; with the host copies it makes no
-    # synchronising call of its own (sync debug mode "error"), and gives the bytes it gives without them
+    # a uniform chunk and a varlen chunk of 96 queries go to decode_dense, and decode() splits the varlen
+    # batch between decode_dense and the fused launch; with the host copies none of them makes a
+    # synchronising call of its own (sync debug mode "error"), and each gives the bytes it gives without them
     fmt, d, kvh, hq = "turboquant_4bit_nc", 128, 2, 8
     seq_lens = [200, 150]
     cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=27)
@@ -320,25 +321,25 @@ def test_decode_dense_reads_its_lengths_from_the_host_copies():
     starts = [0, 96, 97]
     flat = torch.randn(starts[-1], hq, d, generator=gen(29)).half().to(DEV)
     qsl = torch.tensor(starts, dtype=torch.int32, device=DEV)
-    calls = (lambda **host: tq.decode(uniform, cache, table, lens, fmt, d ** -0.5, path="dense", **host),
-             lambda **host: tq.decode_dense(flat, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, **host))
-    for call in calls:
+    assert tq.varlen_path([96, 1], seq_lens, hq, kvh) == "dense+fused"
+    host_starts = torch.tensor(starts, dtype=torch.int32)
+    calls = ((lambda **host: tq.decode(uniform, cache, table, lens, fmt, d ** -0.5, path="dense", **host),
+              dict(seq_lens_cpu=host_lens)),
+             (lambda **host: tq.decode_dense(flat, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, **host),
+              dict(seq_lens_cpu=host_lens, query_start_loc_cpu=host_starts)),
+             (lambda **host: tq.decode(flat, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, **host),
+              dict(seq_lens_cpu=host_lens, query_start_loc_cpu=host_starts)))
+    for call, host in calls:
         want = call()
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            got = call(seq_lens_cpu=host_lens) if call is calls[0] else call(
-                seq_lens_cpu=host_lens, query_start_loc_cpu=torch.tensor(starts, dtype=torch.int32))
+            got = call(**host)
             with pytest.raises(RuntimeError, match="synchroniz"):
                 call()
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert torch.equal(got, want)
-    # decode() splitting the same batch between decode_dense and the fused launch hands each part its copies
-    assert tq.varlen_path([96, 1], seq_lens, hq, kvh) == "dense+fused"
-    split = lambda **host: tq.decode(flat, cache, table, lens, fmt, d ** -0.5, query_start_loc=qsl, **host)
-    assert torch.equal(split(seq_lens_cpu=host_lens, query_start_loc_cpu=torch.tensor(starts, dtype=torch.int32)),
-                       split())
     k, v = tq.dequant(cache, table, lens, fmt, d, seq_lens_cpu=host_lens)
     k0, v0 = tq.dequant(cache, table, lens, fmt, d)
     assert torch.equal(k, k0) and torch.equal(v, v0) and k.shape[0] == sum(seq_lens)

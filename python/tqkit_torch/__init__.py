@@ -234,6 +234,15 @@ def _host_copy(host, dev):
     return dev.cpu() if host is None else host
 
 
+def _to_device(host, device):
+    """A CPU tensor copied to device without a synchronisation: staged in pinned memory and copied
+    asynchronously (torch's pinned-memory allocator keeps the block until the copy has run); a pageable
+    copy would wait for the stream to drain."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits, query_start_loc,
                    max_query_len, path, query_start_loc_cpu=None, seq_lens_cpu=None):
     """decode() with query_start_loc (path None: per sequence, tqkit_torch.paths.varlen_path). A batch split
@@ -264,13 +273,15 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
                    query_start_loc_cpu, seq_lens_cpu)
     out = torch.empty_like(query)
     for seqs, part in ((dense, "dense"), (rest, rest_path)):
-        idx = torch.tensor(seqs, dtype=torch.int64, device=query.device)
-        rows = torch.tensor([r for i in seqs for r in range(starts[i], starts[i + 1])], dtype=torch.int64,
-                            device=query.device)  # (one copy to the device, not one arange per sequence)
         part_counts = [counts[i] for i in seqs]
-        qsl_cpu = torch.tensor([0] + list(itertools.accumulate(part_counts)), dtype=torch.int32)
+        starts_part = [0, *itertools.accumulate(part_counts)]
+        token_rows = [r for i in seqs for r in range(starts[i], starts[i + 1])]
+        # the part's sequences, query rows and starts in one copy to the device (not one arange per sequence)
+        idx, rows, qsl = _to_device(torch.tensor(seqs + token_rows + starts_part, dtype=torch.int64),
+                                    query.device).split([len(seqs), len(token_rows), len(starts_part)])
         lens_cpu = torch.tensor([lens[i] for i in seqs], dtype=torch.int32)
-        out[rows] = run(part, query[rows], qsl_cpu.to(query.device), idx, max(part_counts), qsl_cpu, lens_cpu)
+        out[rows] = run(part, query[rows], qsl.to(torch.int32), idx, max(part_counts),
+                        torch.tensor(starts_part, dtype=torch.int32), lens_cpu)
     return out
 
 
