@@ -181,8 +181,7 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
             raise ValueError(f"query: with query_start_loc it must be [num_tokens, num_heads, head_dim], got "
                              f"{tuple(query.shape)}")
         if max_query_len is None:
-            if query_start_loc_cpu is None:  # one read of the counts, kept for the path's choice below
-                query_start_loc_cpu = query_start_loc.cpu()
+            query_start_loc_cpu = _host_copy(query_start_loc_cpu, query_start_loc)  # kept for the path's choice
             max_query_len = int((query_start_loc_cpu[1:] - query_start_loc_cpu[:-1]).max())
     elif path == "rows":
         raise ValueError("path: 'rows' needs query_start_loc")
