@@ -42,7 +42,8 @@ capture. The wrappers decode / dequant allocate their outputs (not for capture).
 torch.compile / torch.export: store, decode and dequant have fake kernels (they write into the
 tensors passed and return nothing), so store, decode_out and dequant_out trace without a graph
 break. The allocating forms read lengths on the host (dequant always, decode where takes_dense
-holds or, with query_start_loc, where reads_counts does), which breaks a compiled graph there.
+holds or, with query_start_loc, where reads_counts does), which breaks a compiled graph there;
+given vLLM's host copies (seq_lens_cpu, query_start_loc_cpu) they read those instead.
 """
 
 import itertools
