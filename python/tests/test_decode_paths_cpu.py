@@ -151,9 +151,9 @@ def test_every_query_row_gets_its_sequences_attention_on_the_paths_named(tq, cou
     got = tq.decode(q, cache, table, lens, "x", D ** -0.5, query_start_loc=qsl)
     # fused rows are float64 rounded to fp16; dense rows fp16 SDPA over fp16 values
     assert (got.double() - want).abs().max().item() < 2e-3, paths
-    dense_rows = sum(c for c, n in zip(counts, seq_lens) if tq.goes_dense(c, n, H, KVH))
-    want_calls = [("dequant", sum(n for c, n in zip(counts, seq_lens) if tq.goes_dense(c, n, H, KVH)))] * (
-        "dense" in paths) + [(p, sum(counts) - dense_rows) for p in paths.split("+") if p != "dense"]
+    dense = [(c, n) for c, n in zip(counts, seq_lens) if tq.goes_dense(c, n, H, KVH)]  # (queries, tokens)
+    want_calls = [("dequant", sum(n for _, n in dense))] * ("dense" in paths) + [
+        (p, sum(counts) - sum(c for c, _ in dense)) for p in paths.split("+") if p != "dense"]
     assert tq.calls == want_calls
 
 

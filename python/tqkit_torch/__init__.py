@@ -196,12 +196,14 @@ def decode(query, kv_cache, block_table, seq_lens, format: str, scale: float, ma
                               query_start_loc, max_query_len, path, query_start_loc_cpu, seq_lens_cpu)
     _, q_len, heads, _ = _qshape(query)
     kvh = kv_cache.shape[2]
-    if path == "dense" or (path is None and takes_dense(q_len, heads, kvh)):
+    dense = path == "dense"
+    if path is None and takes_dense(q_len, heads, kvh):
         # (every sequence must hold its chunk: the shortest decides; the one host copy serves decode_dense too)
         seq_lens_cpu = _host_copy(seq_lens_cpu, seq_lens)
-        if path == "dense" or goes_dense(q_len, int(seq_lens_cpu.min()) if len(seq_lens_cpu) else 0, heads, kvh):
-            return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
-                                seq_lens_cpu=seq_lens_cpu)
+        dense = goes_dense(q_len, int(seq_lens_cpu.min()) if len(seq_lens_cpu) else 0, heads, kvh)
+    if dense:
+        return decode_dense(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len,
+                            seq_lens_cpu=seq_lens_cpu)
     return _decode_fused(query, kv_cache, block_table, seq_lens, format, scale, max_seq_len, num_splits)
 
 
