@@ -4,6 +4,7 @@
 // queries, keys and values against the CPU (bench/check_dump.h).
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -427,16 +428,17 @@ int main(int argc, char** argv) {
   Args a;
   app.add_option("--format", a.formats, "KV format(s), repeatable; 'all' for every registered preset")
       ->capture_default_str();
-  app.add_option("--batch", a.batch, "sequences")->capture_default_str();
-  app.add_option("--q-heads", a.q_heads, "query heads")->capture_default_str();
-  app.add_option("--kv-heads", a.kv_heads, "kv heads")->capture_default_str();
-  app.add_option("--head-dim", a.head_dim, "head dimension")->capture_default_str();
+  app.add_option("--batch", a.batch, "sequences")->check(CLI::Range(1, 65535))->capture_default_str();
+  app.add_option("--q-heads", a.q_heads, "query heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--kv-heads", a.kv_heads, "kv heads")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--head-dim", a.head_dim, "head dimension")->check(CLI::Range(1, 1024))->capture_default_str();
   auto* model_opt = app.add_option("--model", a.model,
                                    "the attention shape of a known model instead of --q-heads/--kv-heads/--head-dim "
                                    "(see --list-models); also prints one sequence's KV cache over all its layers");
   for (const char* o : {"--q-heads", "--kv-heads", "--head-dim"}) model_opt->excludes(app.get_option(o));
   auto* batch_opt = app.get_option("--batch");
-  auto* ctx_opt = app.add_option("--ctx", a.ctx, "tokens per sequence")->capture_default_str();
+  auto* ctx_opt =
+      app.add_option("--ctx", a.ctx, "tokens per sequence")->check(CLI::Range(1, 1 << 30))->capture_default_str();
   app.add_option("--seq-lens", a.seq_lens_spec,
                  "a ragged batch instead of --ctx: 'L1,L2,…' ('LxN': N sequences of L tokens; the batch is their "
                  "count) or 'uniform:MIN:MAX' (--batch lengths drawn from [MIN, MAX], fixed seed)")
@@ -444,6 +446,7 @@ int main(int argc, char** argv) {
   app.add_option("--splits", a.splits,
                  "split-KV: work items per sequence on average (the batch's tokens are dealt out over splits · batch "
                  "CTAs per head group); 0 = auto from the longest sequence, batch and SM count")
+      ->check(CLI::Range(0, 256))
       ->capture_default_str();
   app.add_option("--tiles", a.tiles,
                  "8-column N-tiles per warp where a format has the two-tile decode kernels (G 9-16, or q_len > 1): "
@@ -458,11 +461,18 @@ int main(int argc, char** argv) {
                  "(our FP16 decode and SDPA stay fp16)")
       ->check(CLI::IsMember({"fp16", "bf16"}))
       ->capture_default_str();
-  app.add_option("--block-size", a.block_size, "tokens per cache page")->capture_default_str();
-  app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")->capture_default_str();
-  app.add_option("--warmup", a.warmup, "untimed launches first")->capture_default_str();
-  app.add_option("--store-tokens", a.store_tokens, "tokens per store launch (0: min(batch·ctx, 131072))");
-  app.add_option("--copy-gb", a.copy_gb, "size of the device-copy bandwidth probe")->capture_default_str();
+  app.add_option("--block-size", a.block_size, "tokens per cache page")
+      ->check(CLI::IsMember({16, 32, 64, 128}))
+      ->capture_default_str();
+  app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed launches first")->check(CLI::Range(0, 100000))->capture_default_str();
+  app.add_option("--store-tokens", a.store_tokens, "tokens per store launch (0: min(batch·ctx, 131072))")
+      ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));
+  app.add_option("--copy-gb", a.copy_gb, "size of the device-copy bandwidth probe")
+      ->check(CLI::Range(0.001, 64.0))
+      ->capture_default_str();
   app.add_option("--pages", a.pages,
                  "block tables: shuffled (random physical blocks), sequential, or resident (diagnostic: all entries "
                  "in the first 128 blocks, so reads hit L2 and the time is the kernel's compute floor)")

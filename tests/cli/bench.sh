@@ -39,6 +39,16 @@ run "$BIN" --format turboquant_4bit_nc --dequant fp32
 expect_rc 2
 expect_err "--dequant"
 
+# every numeric option is range-checked when parsing (with --cpu too): --kv-heads 0 used to divide by zero (SIGFPE),
+# --batch -2 and --ctx -1 ended in an internal error, --reps 0 and --block-size 24 were taken without a word
+for bad in "--batch 0" "--batch -2" "--batch 65536" "--q-heads 0" "--kv-heads 0" "--kv-heads 1025" "--head-dim 0" \
+           "--ctx 0" "--ctx -1" "--ctx 1073741825" "--splits -1" "--splits 257" "--block-size 0" "--block-size 24" \
+           "--reps 0" "--warmup -1" "--store-tokens -5" "--copy-gb 0"; do
+  run "$BIN" --cpu --format turboquant_4bit_nc $bad
+  expect_rc 2
+  expect_err "${bad%% *}"
+  expect_empty_out
+done
 for q in 1 129 x; do  # --q-len: 2 … 128 query tokens per sequence
   run "$BIN" --format turboquant_4bit_nc --q-len "$q"
   expect_rc 2
