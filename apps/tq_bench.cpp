@@ -462,7 +462,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp16", "bf16"}))
       ->capture_default_str();
   app.add_option("--block-size", a.block_size, "tokens per cache page")
-      ->check(CLI::IsMember({16, 32, 64, 128}))
+      ->check(CLI::IsMember({16, 32, 64, 128}))  // the kernels' page sizes (kernels/src/validate.cpp), on any machine
       ->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")
       ->check(CLI::Range(1, 100000))
