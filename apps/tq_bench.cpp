@@ -130,10 +130,13 @@ int parse_len(const std::string& text, const std::string& spec, const char* opt,
   return int(v);
 }
 
+// The largest batch and sequence length tq-bench takes, from --batch / --ctx or a --seq-lens list.
+constexpr int kMaxSeqs = 65535, kMaxLen = 1 << 30;
+
 // --seq-lens (and --q-counts: opt, noun, top): "L1,L2,…" with "LxN" for N sequences of L tokens (the batch is
 // the count), or "uniform:MIN:MAX" (batch lengths drawn uniformly from [MIN, MAX], fixed seed).
 std::vector<int> parse_seq_lens(const std::string& spec, int batch, bool batch_given, const char* opt = "--seq-lens",
-                                const char* noun = "length", int top = 1 << 30) {
+                                const char* noun = "length", int top = kMaxLen) {
   auto value = [&](const std::string& text) { return parse_len(text, spec, opt, noun, top); };
   std::vector<int> lens;
   if (spec.rfind("uniform:", 0) == 0) {
@@ -151,8 +154,9 @@ std::vector<int> parse_seq_lens(const std::string& spec, int batch, bool batch_g
     const std::string item = spec.substr(pos, end - pos);
     const size_t x = item.find('x');
     const int len = value(item.substr(0, x));
-    const int n = x == std::string::npos ? 1 : parse_len(item.substr(x + 1), spec, opt, "count", 65535);
-    if (lens.size() + size_t(n) > 65535) throw tq::Error(fmt::format("{} '{}': more than 65535 sequences", opt, spec));
+    const int n = x == std::string::npos ? 1 : parse_len(item.substr(x + 1), spec, opt, "count", kMaxSeqs);
+    if (lens.size() + size_t(n) > size_t(kMaxSeqs))
+      throw tq::Error(fmt::format("{} '{}': more than {} sequences", opt, spec, kMaxSeqs));
     lens.insert(lens.end(), size_t(n), len);
     pos = end + 1;
   }
@@ -428,7 +432,7 @@ int main(int argc, char** argv) {
   Args a;
   app.add_option("--format", a.formats, "KV format(s), repeatable; 'all' for every registered preset")
       ->capture_default_str();
-  app.add_option("--batch", a.batch, "sequences")->check(CLI::Range(1, 65535))->capture_default_str();
+  app.add_option("--batch", a.batch, "sequences")->check(CLI::Range(1, kMaxSeqs))->capture_default_str();
   app.add_option("--q-heads", a.q_heads, "query heads")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--kv-heads", a.kv_heads, "kv heads")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--head-dim", a.head_dim, "head dimension")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -438,7 +442,7 @@ int main(int argc, char** argv) {
   for (const char* o : {"--q-heads", "--kv-heads", "--head-dim"}) model_opt->excludes(app.get_option(o));
   auto* batch_opt = app.get_option("--batch");
   auto* ctx_opt =
-      app.add_option("--ctx", a.ctx, "tokens per sequence")->check(CLI::Range(1, 1 << 30))->capture_default_str();
+      app.add_option("--ctx", a.ctx, "tokens per sequence")->check(CLI::Range(1, kMaxLen))->capture_default_str();
   app.add_option("--seq-lens", a.seq_lens_spec,
                  "a ragged batch instead of --ctx: 'L1,L2,…' ('LxN': N sequences of L tokens; the batch is their "
                  "count) or 'uniform:MIN:MAX' (--batch lengths drawn from [MIN, MAX], fixed seed)")

@@ -252,7 +252,7 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
     on its sequences' rows."""
     b, heads, kvh = query_start_loc.shape[0] - 1, query.shape[1], kv_cache.shape[2]
 
-    def run(part, q, qsl, idx, mq, qsl_cpu, lens_cpu):
+    def run(part, q, qsl, idx, mq, qsl_cpu=None, lens_cpu=None):  # (the host copies: for decode_dense)
         t, lens = (block_table, seq_lens) if idx is None else (block_table[idx], seq_lens[idx])
         if part == "dense":
             return decode_dense(q, kv_cache, t, lens, format, scale, max_seq_len, query_start_loc=qsl,
@@ -264,7 +264,7 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
     if path is not None:
         return run(path, query, query_start_loc, None, max_query_len, query_start_loc_cpu, seq_lens_cpu)
     if not reads_counts(max_query_len, heads, kvh):  # one fused pass: no counts needed on the host
-        return run("fused", query, query_start_loc, None, max_query_len, None, None)
+        return run("fused", query, query_start_loc, None, max_query_len)
     query_start_loc_cpu = _host_copy(query_start_loc_cpu, query_start_loc)
     seq_lens_cpu = _host_copy(seq_lens_cpu, seq_lens)
     starts, lens = query_start_loc_cpu.tolist(), seq_lens_cpu.tolist()
@@ -281,9 +281,9 @@ def _decode_varlen(query, kv_cache, block_table, seq_lens, format, scale, max_se
         # the part's sequences, query rows and starts in one copy to the device (not one arange per sequence)
         idx, rows, qsl = _to_device(torch.tensor(seqs + token_rows + starts_part, dtype=torch.int64),
                                     query.device).split([len(seqs), len(token_rows), len(starts_part)])
-        lens_cpu = torch.tensor([lens[i] for i in seqs], dtype=torch.int32)
-        out[rows] = run(part, query[rows], qsl.to(torch.int32), idx, max(part_counts),
-                        torch.tensor(starts_part, dtype=torch.int32), lens_cpu)
+        # the dense part's host copies of its starts and lengths (the fused and rows launches read neither)
+        host = (torch.tensor(starts_part, dtype=torch.int32), seq_lens_cpu[seqs]) if part == "dense" else ()
+        out[rows] = run(part, query[rows], qsl.to(torch.int32), idx, max(part_counts), *host)
     return out
 
 

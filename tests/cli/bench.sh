@@ -49,6 +49,7 @@ for bad in "--batch 0" "--batch -2" "--batch 65536" "--q-heads 0" "--kv-heads 0"
   expect_err "${bad%% *}"
   expect_empty_out
 done
+
 for q in 1 129 x; do  # --q-len: 2 … 128 query tokens per sequence
   run "$BIN" --format turboquant_4bit_nc --q-len "$q"
   expect_rc 2
