@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates the README's headline table, the GPU tables of experiments/results/README.md and the
-current-results table of experiments/results/kernels.md from committed result files, and writes them
+current-results and targets tables of experiments/results/kernels.md from committed result files, and writes them
 between the <!-- BEGIN GENERATED: NAME --> / <!-- END GENERATED: NAME -->
 markers of those files (nothing else is touched).
 
@@ -360,6 +360,94 @@ def op_line():
             + f" ([details]({GPU_RESULTS_LINK})).\n")
 
 
+def mq_passes(name):
+    """Every format's rows of the first tq-bench --q-len table in kernels/NAME (its own rows, pass 1) and of the
+    "#   pass N: <row>" comment rows after it: {(format, q_len): {pass: row}}, and the commit each pass names
+    ("#   pass N (main at ...", pass 1: the file's first "main at")."""
+    rows, commits, head, tables = {}, {}, None, 0
+    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
+        for line in f:
+            cells = line.split()
+            if 1 not in commits and (m := MAIN_AT.search(line)):
+                commits[1] = m.group(1)
+            if (m := re.match(r"^#\s+pass (\d+) \(main at ([0-9a-f]{7})", line)):
+                commits[int(m.group(1))] = m.group(2)
+            if cells[:2] == ["format", "q_len"]:
+                tables += 1
+                head = cells
+                if tables > 1:
+                    break
+            elif head and len(cells) == len(head) and cells[0].startswith("turbo"):
+                rows.setdefault((cells[0], int(cells[1])), {})[1] = dict(zip(head, cells))
+            elif head and cells[:2] == ["#", "pass"] and len(cells) == len(head) + 3:
+                rows.setdefault((cells[3], int(cells[4])), {})[int(cells[2].rstrip(":"))] = dict(zip(head, cells[3:]))
+    return rows, commits
+
+
+def targets():
+    """kernels.md's table of the multi-query, shape and op targets: the newest pass of the H100 multi-query table
+    (with the range over its passes) and the shapes file's same-call rows, each target's status from them."""
+    parsed = shape_rows()
+    mq, commits = mq_passes("multi_query_tqbench_h100.txt")
+    if not parsed or not mq:
+        return ""
+    rows, order, formats, sdpa, device, commit = parsed
+    passes_seen = {n for by_pass in mq.values() for n in by_pass}
+    newest = max(passes_seen)
+    presets = [f for f in SHAPE_PRESETS if f in formats]
+    short = lambda f: f.replace("turboquant_", "")
+
+    def status(ok):
+        met = [short(f) for f in presets if ok.get(f)]
+        return "met" if len(met) == len(presets) else ("not met" if not met else "met for " + ", ".join(met))
+
+    # a multi-query target holds for a format where every pass meets it (worst: the pass furthest from it)
+    def mq_row(label, q, col, fmt, ok_fn, worst):
+        cells, ok = [], {}
+        for f in presets:
+            passes = mq.get((f, q), {})
+            if newest not in passes:
+                cells.append("—")
+                continue
+            vals = [float(r[col]) for r in passes.values()]
+            v = float(passes[newest][col])
+            ok[f] = ok_fn(worst(vals))
+            cells.append(fmt(v) + (f" ({fmt(min(vals))}–{fmt(max(vals))})" if min(vals) != max(vals) else ""))
+        return f"| {label} | " + " | ".join(cells) + f" | {status(ok)} |"
+
+    two = lambda v: f"{v:.2f}"
+    lines = ["| target | " + " | ".join(f"`{f}`" for f in presets) + " | status |", "|---|" + "---|" * (len(presets) + 1),
+             mq_row("32/8, q_len 4 ≤ 1.3× one single-query decode", 4, "fused/q_len1", two, lambda v: v <= 1.3, max),
+             mq_row("32/8, q_len 16 ≤ 2×", 16, "fused/q_len1", two, lambda v: v <= 2.0, max),
+             mq_row("32/8, q_len 4: ≥ 3× faster than 4 single-query decodes", 4, "separate/fused", two, lambda v: v >= 3.0,
+                    min),
+             mq_row("32/8, q_len 16: ≥ 3× faster than 16 single-query decodes", 16, "separate/fused", two,
+                    lambda v: v >= 3.0, min)]
+    for s in order:
+        if s[0] // s[1] > 8:
+            continue
+        pcts = {f: rows[(s, f)][0] for f in presets}
+        lines.append(f"| {s[0]}/{s[1]} (G {s[0] // s[1]}): ≥ 85% of copy | "
+                     + " | ".join(f"{pcts[f]:.1f}%" for f in presets) + f" | {status({f: v >= 85 for f, v in pcts.items()})} |")
+    if (32, 8) in order and "turboquant_3bit_nc" in presets:
+        v = rows[((32, 8), "turboquant_3bit_nc")][0]
+        lines.append("| 32/8: `turboquant_3bit_nc` ≥ 80% of copy | "
+                     + " | ".join(f"{v:.1f}%" if f == "turboquant_3bit_nc" else "" for f in presets)
+                     + f" | {'met' if v >= 80 else 'not met'} |")
+    for s in order:
+        if s[0] // s[1] == 16 and s in sdpa:
+            xs = {f: sdpa[s] / rows[(s, f)][1] for f in formats}
+            others = [f for f in formats if f not in presets]
+            lines.append(f"| {s[0]}/{s[1]} (G 16): ≥ 2× SDPA | " + " | ".join(f"{xs[f]:.2f}×" for f in presets)
+                         + f" | {status({f: xs[f] >= 2 for f in presets})}"
+                         + (" (" + ", ".join(f"{short(f)} {xs[f]:.2f}×" for f in others) + ")" if others else "") + " |")
+    note = (f"One {device}: the shapes from [kernels/shapes_h100.txt](kernels/shapes_h100.txt) (main at {commit}, B 32, "
+            f"32K, d 128, one call), the multi-query rows from pass {newest} of "
+            f"[kernels/multi_query_tqbench_h100.txt](kernels/multi_query_tqbench_h100.txt) (main at {commits.get(newest, '?')}; "
+            f"in brackets the range over its {len(passes_seen)} passes of the same kernels). A multi-query target counts as met where every pass meets it.")
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
 def kernels_current():
     out = []
     for ctx in (4096, 32768):
@@ -404,6 +492,7 @@ def main():
                      headline() + "\n" + multi_query() + shapes_line() + op_line(), check)
     changed |= splice(os.path.join(RES, "README.md"), "results", shapes() + "\n" + op_overhead().lstrip("\n"), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
+    changed |= splice(os.path.join(RES, "kernels.md"), "targets", targets(), check)
     if check and changed:
         sys.exit(1)
 
