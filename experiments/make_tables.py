@@ -130,37 +130,40 @@ MAIN_AT = re.compile(r"main at ([0-9a-f]{7})")
 
 def mq_tables(name):
     """kernels/NAME's tq-bench multi-query tables in file order, each (its legend line, the "fused: ..." one before
-    it, or ""; 4bit_nc's rows as {column: cell}, with the "#   pass N: <row>" comment rows that follow a table, the
-    same rows from other passes of its build, marked other_pass), and the first commit the file's comments name
-    ("main at ...")."""
-    tables, head, legend, commit = [], None, "", None
+    it, or ""; its rows as {column: cell} with "pass": None for the table's own rows and N for the "#   pass N: <row>"
+    comment rows that follow it, the same rows from other passes of its build), the first commit the file's comments
+    name ("main at ..."), and the commit each "#   pass N (main at ..." comment names."""
+    tables, head, legend, commit, pass_commits = [], None, "", None, {}
     with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
         for line in f:
             cells = line.split()
             if commit is None and (m := MAIN_AT.search(line)):
                 commit = m.group(1)
+            if (m := re.match(r"^#\s+pass (\d+) \(main at ([0-9a-f]{7})", line)):
+                pass_commits[int(m.group(1))] = m.group(2)
             if line.startswith("fused: "):
                 legend = line
             elif cells[:2] == ["format", "q_len"]:
                 head = cells
                 tables.append((legend, []))
                 legend = ""
-            elif head and len(cells) == len(head) and cells[0] == "turboquant_4bit_nc":
-                tables[-1][1].append(dict(zip(head, cells)))
-            elif head and cells[:2] == ["#", "pass"] and cells[3:4] == ["turboquant_4bit_nc"]:
-                # "#   pass N: <row>": the same row from another pass of the same build (kept beside the table)
-                tables[-1][1].append(dict(zip(head, cells[3:]), other_pass=True))
-    return tables, commit
+            elif head and len(cells) == len(head) and cells[0].startswith("turbo"):
+                tables[-1][1].append(dict(zip(head, cells), **{"pass": None}))
+            elif head and cells[:2] == ["#", "pass"] and len(cells) == len(head) + 3:
+                tables[-1][1].append(dict(zip(head, cells[3:]), **{"pass": int(cells[2].rstrip(":"))}))
+    return tables, commit, pass_commits
 
 
 def mq_rows(name, table=0):
     """4bit_nc's rows of tq-bench --q-len table TABLE in kernels/NAME (0: the first; later tables: older commits), by
     q_len, and the commit the file's comments name first."""
-    tables, commit = mq_tables(name)
+    tables, commit, _ = mq_tables(name)
     rows, others = {}, {}  # others: the other passes' fused/q_len1 per q_len
     for r in tables[table][1] if len(tables) > table else []:
+        if r["format"] != "turboquant_4bit_nc":
+            continue
         q = int(r["q_len"])
-        if "other_pass" in r:
+        if r["pass"] is not None:
             others.setdefault(q, []).append(float(r["fused/q_len1"]))
         else:
             rows[q] = {"fused": float(r["fused_ms"]), "over_q1": float(r["fused/q_len1"]),
@@ -221,6 +224,7 @@ def varlen_row(counts):
         return None
     found = None
     for legend, rows in mq_tables("varlen_h100.txt")[0]:
+        rows = [r for r in rows if r["format"] == "turboquant_4bit_nc"]
         if f"query counts {counts} " in legend and rows:
             found = (float(rows[0]["fused_ms"]), float(rows[0]["varlen_ms"]),
                      float(rows[0]["rows_ms"]) if "rows_ms" in rows[0] else None)
@@ -360,38 +364,18 @@ def op_line():
             + f" ([details]({GPU_RESULTS_LINK})).\n")
 
 
-def mq_passes(name):
-    """Every format's rows of the first tq-bench --q-len table in kernels/NAME (its own rows, pass 1) and of the
-    "#   pass N: <row>" comment rows after it: {(format, q_len): {pass: row}}, and the commit each pass names
-    ("#   pass N (main at ...", pass 1: the file's first "main at")."""
-    rows, commits, head, tables = {}, {}, None, 0
-    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
-        for line in f:
-            cells = line.split()
-            if 1 not in commits and (m := MAIN_AT.search(line)):
-                commits[1] = m.group(1)
-            if (m := re.match(r"^#\s+pass (\d+) \(main at ([0-9a-f]{7})", line)):
-                commits[int(m.group(1))] = m.group(2)
-            if cells[:2] == ["format", "q_len"]:
-                tables += 1
-                head = cells
-                if tables > 1:
-                    break
-            elif head and len(cells) == len(head) and cells[0].startswith("turbo"):
-                rows.setdefault((cells[0], int(cells[1])), {})[1] = dict(zip(head, cells))
-            elif head and cells[:2] == ["#", "pass"] and len(cells) == len(head) + 3:
-                rows.setdefault((cells[3], int(cells[4])), {})[int(cells[2].rstrip(":"))] = dict(zip(head, cells[3:]))
-    return rows, commits
-
-
 def targets():
     """kernels.md's table of the multi-query, shape and op targets: the newest pass of the H100 multi-query table
     (with the range over its passes) and the shapes file's same-call rows, each target's status from them."""
     parsed = shape_rows()
-    mq, commits = mq_passes("multi_query_tqbench_h100.txt")
-    if not parsed or not mq:
+    tables, first_commit, commits = mq_tables("multi_query_tqbench_h100.txt")
+    if not parsed or not tables:
         return ""
     rows, order, formats, sdpa, device, commit = parsed
+    mq = {}  # (format, q_len) -> {pass: row} of the first table (its own rows: pass 1)
+    for r in tables[0][1]:
+        mq.setdefault((r["format"], int(r["q_len"])), {})[r["pass"] or 1] = r
+    commits.setdefault(1, first_commit)
     passes_seen = {n for by_pass in mq.values() for n in by_pass}
     newest = max(passes_seen)
     presets = [f for f in SHAPE_PRESETS if f in formats]
