@@ -275,6 +275,12 @@ struct KernelTraits {
   // 3-bit mse keys, d = 128, vLLM layout: each lane reads its own 12-byte run of a key and takes its
   // pairs' LUT addresses with run_lut_addrs
   static constexpr bool kKeyRuns = Q::kSqLut && Fmt::kKeyBits == 3 && D == 128 && !Planes;
+  // Score accumulator sets: the lo MMA accumulates onto the hi one (one set) in the single-query G > 4 kernels of
+  // the 3-bit keys with compile-time kv heads, which sit at the 128-register cap of 16 warps per SM: their spill
+  // stores go from 28 to 0-8 bytes and k3v4_nc at 32/4 (B 32, 32K, one H100) runs 0.4-0.9% faster. Elsewhere hi
+  // and lo each have their own (kQSets), as one set measured level there.
+  static constexpr bool kOneScoreAcc = !Packed && NTiles == 1 && !Causal && kKeyRuns && Heads > 0;
+  static constexpr int kScoreSets = kOneScoreAcc ? 1 : kQSets;
 
   // Compile-time kv heads, d ≤ 128, not packed (G > 4, and every multi-query and two-tile kernel): the warp's query
   // rows (4 pairs of heads per N-tile, QRaw) are loaded into registers at kernel entry as kPacked's are, instead of
@@ -331,7 +337,7 @@ struct KernelTraits {
   using QRaw = __half2[kPacked ? 2 : kRawRows ? 4 * NTiles : 1][D / 32];
   using QFrags = uint32_t[kQSets][Q::kKSteps][2];                   // query fragments [hi/lo set][k-step][b0/b1]
   using QjlFrags = uint32_t[kQjl ? kQSets : 1][kQjl ? Q::kKSteps : 1][2];  // of q″ = R q′
-  using Scores = float[Q::kTB][2][kQSets][4];                      // [turbo block][half][hi/lo set][row/column]
+  using Scores = float[Q::kTB][2][kScoreSets][4];                  // [turbo block][half][hi/lo set][row/column]
   using QjlScores = float[kQjl ? Q::kTB : 1][2][kQSets][4];          // q″ · (±1)
   using PFrags = uint32_t[Q::kTB][2][kQSets][2];                   // P' [turbo block][half][hi/lo set][b0/b1]
   using QjlPFrags = uint32_t[kQjl ? Q::kTB : 1][2][kQSets][2];       // P″

@@ -227,7 +227,7 @@ __device__ __forceinline__ void key_scores(const uint8_t* const (&hb)[2], const 
         for (int n = 0; n < K::kNTiles; ++n) {  // every N-tile from the same A fragment
           dev::mma_16816(sa[n][tb][h][0], af, qf[n][0][ks][0], qf[n][0][ks][1]);
           if constexpr (!kPacked)
-            dev::mma_16816(sa[n][tb][h][kQSets - 1], af, qf[n][kQSets - 1][ks][0], qf[n][kQSets - 1][ks][1]);
+            dev::mma_16816(sa[n][tb][h][K::kScoreSets - 1], af, qf[n][kQSets - 1][ks][0], qf[n][kQSets - 1][ks][1]);
         }
         if constexpr (Keys::kSignTerm) {  // the sign nibble of k-step h2 (w[1]: the 8 dims' sign byte)
           uint32_t zf[4];

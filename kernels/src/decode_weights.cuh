@@ -56,6 +56,16 @@ __device__ __forceinline__ void turbo_p_frags(const T& t, const RowMap& rm, cons
   }
 }
 
+// A score of one half (row/column i): the hi and lo sets' sum, or the one set both accumulate into
+// (KernelTraits::kOneScoreAcc).
+template <class K>
+__device__ __forceinline__ float score_sum(const float (&s)[K::kScoreSets][4], int i) {
+  if constexpr (K::kScoreSets == 1)
+    return s[0][i];
+  else
+    return s[0][i] + s[1][i];
+}
+
 // Σ p·zero by α after a full softmax update (per lane, its two columns)
 __device__ __forceinline__ void rescale_zero_sums(float (&zs)[2], const float (&alpha)[2]) {
 #pragma unroll
@@ -210,7 +220,7 @@ __device__ __forceinline__ bool packed_weights(const T& t, const LogitConsts& lc
   }
   const bool v0 = valid(16 * mh + tr), v1 = valid(16 * mh + tr + d8);
   // this lane's half of a [half][set][4] score array: its own partial sums plus the partner's
-  auto mine_half = [&](const float (&sc)[2][kQSets][4], float (&out)[4]) {
+  auto mine_half = [&](const float (&sc)[2][K::kScoreSets][4], float (&out)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float other = __shfl_xor_sync(dev::kFull, hi_lane ? sc[1][0][i] : sc[0][0][i], 2);
@@ -342,7 +352,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
     for (int h = 0; h < 2; ++h) {
       float sc4[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sc4[i] = sa[n][0][h][0][i] + sa[n][0][h][kQSets - 1][i];
+      for (int i = 0; i < 4; ++i) sc4[i] = score_sum<K>(sa[n][0][h], i);
       float fr, fr8;
       [[maybe_unused]] const uint8_t* n0 = hb[h] + rm.norm + tr * rm.mst;
       if constexpr (kGivenFactors) {
@@ -356,7 +366,7 @@ __device__ __forceinline__ bool column_weights(const T& t, const LogitConsts& lc
         const float frb = Keys::norm_scale(n0 + C::kTurboBlockBytes, lc.raw_scale);
         const float frb8 = Keys::norm_scale(n0 + d8 * rm.mst + C::kTurboBlockBytes, lc.raw_scale);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sc4[i] = fmaf(sa[n][1][h][0][i] + sa[n][1][h][kQSets - 1][i], i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
+        for (int i = 0; i < 4; ++i) sc4[i] = fmaf(score_sum<K>(sa[n][1][h], i), i < 2 ? frb : frb8, sc4[i] * (i < 2 ? fr : fr8));
         fr = fr8 = 1.f;
       } else {
         token_logit_factors<K>(t, lc.raw_scale, lc.nc_eps, lc.diag_src, n0, rm, r, qa[h], qb[h], fr, fr8);
