@@ -276,9 +276,9 @@ struct KernelTraits {
   // pairs' LUT addresses with run_lut_addrs
   static constexpr bool kKeyRuns = Q::kSqLut && Fmt::kKeyBits == 3 && D == 128 && !Planes;
   // Score accumulator sets: the lo MMA accumulates onto the hi one (one set) in the single-query G > 4 kernels of
-  // the 3-bit keys with compile-time kv heads, which sit at the 128-register cap of 16 warps per SM: their spill
-  // stores go from 28 to 0-8 bytes and k3v4_nc at 32/4 (B 32, 32K, one H100) runs 0.4-0.9% faster. Elsewhere hi
-  // and lo each have their own (kQSets), as one set measured level there.
+  // the 3-bit keys with compile-time kv heads. They sit at the 128-register cap of 16 warps per SM, and the 8
+  // registers per N-tile this frees keep them from spilling (k3v4_nc at 32/4 on an H100: 0.4-0.9% faster).
+  // Elsewhere hi and lo keep a set each (kQSets).
   static constexpr bool kOneScoreAcc = !Packed && NTiles == 1 && !Causal && kKeyRuns && Heads > 0;
   static constexpr int kScoreSets = kOneScoreAcc ? 1 : kQSets;
 

@@ -39,8 +39,8 @@ run "$BIN" --format turboquant_4bit_nc --dequant fp32
 expect_rc 2
 expect_err "--dequant"
 
-# every numeric option is range-checked when parsing (with --cpu too): --kv-heads 0 used to divide by zero (SIGFPE),
-# --batch -2 and --ctx -1 ended in an internal error, --reps 0 and --block-size 24 were taken without a word
+# every numeric option is range-checked when parsing (with --cpu too): a value out of range exits 2, names the
+# option and prints nothing
 for bad in "--batch 0" "--batch -2" "--batch 65536" "--q-heads 0" "--kv-heads 0" "--kv-heads 1025" "--head-dim 0" \
            "--ctx 0" "--ctx -1" "--ctx 1073741825" "--splits -1" "--splits 257" "--block-size 0" "--block-size 24" \
            "--reps 0" "--warmup -1" "--store-tokens -5" "--copy-gb 0"; do
