@@ -318,11 +318,14 @@ struct KernelTraits {
                                       !TensorMap && Packed && (Heads == 8 || Heads == 16) && D == 128 &&
                                       !kEvenOddRows && !kSpreadRows &&
                                       ring_row_bytes<Fmt, Planes>(Heads > 0 ? Heads : 1) % 4 == 0 && kValueRowStep > 0;
-  // 4-bit values, vLLM layout, 16 heads per CTA, G ≤ 4, d = 128, where kValuePairs does not apply:
-  // each lane row reads its codes as aligned 4-byte words instead of u16 (half the shared-memory
-  // wavefronts where a warp's codes are word aligned). Only where it measured faster.
+  // 4-bit values, vLLM layout, d = 128, where kValuePairs does not apply: each lane row reads its codes as aligned
+  // 4-byte words instead of u16 (half the shared-memory wavefronts where a warp's codes are word aligned). In the
+  // 16-head G ≤ 4 kernels and the G > 4 kernels of 2 and 4 kv heads with the CTA merge (k3v4_nc at 16/2, B 32, 32K:
+  // 1% faster on an H100). Not in those without the merge, the ones batch-1 decodes take: there it cost about 8 µs
+  // per decode, for a reason not found.
   static constexpr bool kValueWords =
-      Fmt::kValueBits == 4 && !Q::kTurbo && !Planes && Packed && Heads == 16 && D == 128 && !kValuePairs;
+      Fmt::kValueBits == 4 && !Q::kTurbo && !Planes && D == 128 && !kValuePairs &&
+      ((Packed && Heads == 16) || (!Packed && NTiles == 1 && CtaMerge && (Heads == 2 || Heads == 4)));
   static_assert(!kValueWords || ring_row_bytes<Fmt, Planes>(Heads) % 4 == 0, "the code offset is the same in every row");
   // Where token rows and pieces are 4-byte aligned, a warp's key slots start 0 or 2 bytes into a
   // word in every row: the full sub-tiles then run a body compiled for that offset (no run
