@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates the README's headline table, the GPU tables of experiments/results/README.md and the
-current-results and targets tables of experiments/results/kernels.md from committed result files, and writes them
-between the <!-- BEGIN GENERATED: NAME --> / <!-- END GENERATED: NAME -->
+current-results, targets and multi-query tables of experiments/results/kernels.md from committed result files, and
+writes them between the <!-- BEGIN GENERATED: NAME --> / <!-- END GENERATED: NAME -->
 markers of those files (nothing else is touched).
 
 Sources (all under experiments/results/):
@@ -13,7 +13,8 @@ Sources (all under experiments/results/):
   kernels/bench.jsonl        tq-bench --json rows (experiments/run_kernels.sh bench; "commit": the tree measured)
   kernels/sdpa.jsonl         torch SDPA fp16 on the same shape (run_kernels.sh sdpa)
   kernels/multi_query_tqbench.txt   tq-bench --q-len output (its first line is the command, "$ ..."; H200)
-  kernels/multi_query_tqbench_h100.txt   the same on an H100 (its first table: the newest commit)
+  kernels/multi_query_tqbench_h100.txt   the same on an H100 (its first table: the newest kernels, with the
+                             "#   pass N: <row>" lines of their other passes)
   kernels/multi_query_torch.jsonl   python/examples/bench_multi_query.py rows (dequant + SDPA)
   kernels/shapes_h100.txt    run_kernels.sh shapes on an H100: tq-bench per "== Q/K" section, then SDPA JSON lines
                              (a table in results/README.md, one line in the README)
@@ -364,20 +365,65 @@ def op_line():
             + f" ([details]({GPU_RESULTS_LINK})).\n")
 
 
-def targets():
-    """kernels.md's table of the multi-query, shape and op targets: the newest pass of the H100 multi-query table
-    (with the range over its passes) and the shapes file's same-call rows, each target's status from them."""
-    parsed = shape_rows()
-    tables, first_commit, commits = mq_tables("multi_query_tqbench_h100.txt")
-    if not parsed or not tables:
-        return ""
-    rows, order, formats, sdpa, device, commit = parsed
-    mq = {}  # (format, q_len) -> {pass: row} of the first table (its own rows: pass 1)
+def mq_passes(name="multi_query_tqbench_h100.txt"):
+    """The passes of kernels/NAME's first tq-bench --q-len table (one build timed on several machine starts):
+    {(format, q_len): {pass: row}} in the file's row order (the table's own rows are pass 1), each pass's commit,
+    the newest pass, and every pass number seen; None without a table."""
+    tables, first_commit, commits = mq_tables(name)
+    if not tables:
+        return None
+    mq = {}
     for r in tables[0][1]:
         mq.setdefault((r["format"], int(r["q_len"])), {})[r["pass"] or 1] = r
     commits.setdefault(1, first_commit)
     passes_seen = {n for by_pass in mq.values() for n in by_pass}
-    newest = max(passes_seen)
+    return mq, commits, max(passes_seen), passes_seen
+
+
+def value_range(v, vals):
+    """v, with the range of vals in brackets where they differ."""
+    return f"{v:.2f}" + (f" ({min(vals):.2f}–{max(vals):.2f})" if min(vals) != max(vals) else "")
+
+
+def mq_current():
+    """kernels.md's multi-query table: every format and q_len of the newest pass of the H100 multi-query table, the
+    fused time, its ratios to one and to q_len single-query decodes (with the range over the passes that have the
+    row) and to our FP16 decode at the same q_len."""
+    name = "multi_query_tqbench_h100.txt"
+    passed = mq_passes(name)
+    if passed is None:
+        return ""
+    mq, commits, newest, passes_seen = passed
+    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
+        m = re.search(r"tq-bench multi-query on (.+?) \(.*?batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim (\d+), "
+                      r"ctx (\d+)", f.read())
+    device, batch, heads, kv_heads, dim, ctx = m.groups()
+    lines = ["| format | q_len | fused ms | × one single-query decode | q_len single-query decodes ÷ fused | "
+             "faster than our FP16 |", "|---|---|---|---|---|---|"]
+    for (fmt, q), by_pass in mq.items():
+        if newest not in by_pass:
+            continue
+        r = by_pass[newest]
+        ratios = lambda col: value_range(float(r[col]), [float(x[col]) for x in by_pass.values()])
+        lines.append(f"| `{fmt}` | {q} | {float(r['fused_ms']):.4f} | {ratios('fused/q_len1')} | "
+                     f"{ratios('separate/fused')} | {float(r['x_f16']):.2f}× |")
+    note = (f"One {device}, {heads}/{kv_heads}/{dim}, {int(ctx) // 1024}K, B {batch}, vLLM layout: pass {newest} (main at {commits.get(newest, '?')}) of the "
+            f"first table of [kernels/multi_query_tqbench_h100.txt](kernels/multi_query_tqbench_h100.txt); in brackets "
+            f"the range over the passes of the same kernels that have the row ({len(passes_seen)} in all, each its own "
+            f"machine start or call); the last column is our FP16 decode's time at the same q_len ÷ the fused one, "
+            f"pass {newest} alone.")
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def targets():
+    """kernels.md's table of the multi-query, shape and op targets: the newest pass of the H100 multi-query table
+    (with the range over its passes) and the shapes file's same-call rows, each target's status from them."""
+    parsed = shape_rows()
+    passed = mq_passes()
+    if not parsed or passed is None:
+        return ""
+    rows, order, formats, sdpa, device, commit = parsed
+    mq, commits, newest, passes_seen = passed  # (format, q_len) -> {pass: row}
     presets = [f for f in SHAPE_PRESETS if f in formats]
     short = lambda f: f.replace("turboquant_", "")
 
@@ -394,9 +440,8 @@ def targets():
                 cells.append("—")
                 continue
             vals = [float(r[col]) for r in passes.values()]
-            v = float(passes[newest][col])
             ok[f] = min(vals) >= limit if at_least else max(vals) <= limit
-            cells.append(f"{v:.2f}" + (f" ({min(vals):.2f}–{max(vals):.2f})" if min(vals) != max(vals) else ""))
+            cells.append(value_range(float(passes[newest][col]), vals))
         return f"| {label} | " + " | ".join(cells) + f" | {status(ok)} |"
 
     lines = ["| target | " + " | ".join(f"`{f}`" for f in presets) + " | status |", "|---|" + "---|" * (len(presets) + 1),
@@ -475,6 +520,7 @@ def main():
     changed |= splice(os.path.join(RES, "README.md"), "results", shapes() + "\n" + op_overhead().lstrip("\n"), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "targets", targets(), check)
+    changed |= splice(os.path.join(RES, "kernels.md"), "multi_query", mq_current(), check)
     if check and changed:
         sys.exit(1)
 

@@ -321,8 +321,8 @@ struct KernelTraits {
   // 4-bit values, vLLM layout, d = 128, where kValuePairs does not apply: each lane row reads its codes as aligned
   // 4-byte words instead of u16 (half the shared-memory wavefronts where a warp's codes are word aligned). In the
   // 16-head G ≤ 4 kernels and the G > 4 kernels of 2 and 4 kv heads with the CTA merge (k3v4_nc at 16/2, B 32, 32K:
-  // 1% faster on an H100). Not in those without the merge, the ones batch-1 decodes take: there it cost about 8 µs
-  // per decode, for a reason not found.
+  // 1% faster on an H100). Not in those without the merge, the ones batch-1 decodes take, which it made slower (the
+  // cause was not found).
   static constexpr bool kValueWords =
       Fmt::kValueBits == 4 && !Q::kTurbo && !Planes && D == 128 && !kValuePairs &&
       ((Packed && Heads == 16) || (!Packed && NTiles == 1 && CtaMerge && (Heads == 2 || Heads == 4)));

@@ -1,5 +1,5 @@
-# The README's headline and kernels.md's current-results tables are what experiments/make_tables.py
-# writes from the committed result files (a hand edit, or a result file changed without
+# The README's headline and kernels.md's current-results, targets and multi-query tables are what
+# experiments/make_tables.py writes from the committed result files (a hand edit, or a result file changed without
 # regenerating them, fails); and the generator refuses a file without its markers.
 source "$(dirname "$0")/lib.bash"
 
@@ -47,8 +47,13 @@ grep -q "^| 32/4 (G 8): ≥ 85% of copy | .* | met for 4bit_nc, k3v4_nc, k8v4 |$
   fail "32/4 at 85.0% for k3v4_nc not counted as met: $(grep '^| 32/4' "$K/kernels.md")"
 grep -q "^| 32/8, q_len 4 ≤ 1.3× .* | met for 4bit_nc, k8v4 |$" "$K/kernels.md" ||
   fail "one pass at 1.31 should keep k3v4_nc's q_len 4 unmet: $(grep '^| 32/8, q_len 4 ≤' "$K/kernels.md")"
+# the multi-query table shows the newest pass with the range over all of them
+grep -q '^| `turboquant_k3v4_nc` | 4 | [0-9.]* | 1.30 (1.30–1.31) | ' "$K/kernels.md" ||
+  fail "the multi-query row should read 1.30 (1.30–1.31): $(grep '^| `turboquant_k3v4_nc` | 4 |' "$K/kernels.md")"
 set_col "$K/kernels/multi_query_tqbench_h100.txt" - turboquant_k3v4_nc 4 fused/q_len1 1.30
 run python3 "$TMP/t/experiments/make_tables.py"; expect_rc 0
 grep -q "^| 32/8, q_len 4 ≤ 1.3× .* | met for 4bit_nc, k3v4_nc, k8v4 |$" "$K/kernels.md" ||
   fail "every pass at 1.30 should meet k3v4_nc's q_len 4: $(grep '^| 32/8, q_len 4 ≤' "$K/kernels.md")"
+grep -q '^| `turboquant_k3v4_nc` | 4 | [0-9.]* | 1.30 | ' "$K/kernels.md" ||
+  fail "equal passes should show no range: $(grep '^| `turboquant_k3v4_nc` | 4 |' "$K/kernels.md")"
 finish
