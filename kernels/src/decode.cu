@@ -281,15 +281,15 @@ int decode_cta_warps(const KernelFormat& f) {
 // kernel's warps (8; 16 for the wide-LUT kernels: Phi-3-medium / Phi-4 10, Gemma 2/3 27B 16) in
 // one copy of the page, one warp each; else 8 when they divide n_kv_heads (8 heads' slots: a
 // multiple of 16 bytes for even slots — 5 or 2 heads' runs of 134-byte slots are not, and TMA
-// cannot copy them). Every bulk copy costs the CTA: at 16 kv heads, CTAs of 8 heads (16 copies of
-// 1072 bytes per 16-token page instead of one) ran at 48% of copy bandwidth, 16 heads in one
-// CTA at 80% (4bit_nc, 32K); at 32 (MHA), 16-head CTAs 62% against 49%.
+// cannot copy them). Every bulk copy costs the CTA, so fewer, larger copies win: at 16 kv heads one CTA of
+// 16 heads (one copy per 16-token page, where CTAs of 8 heads take 16 copies of 1072 bytes) runs at 80% of copy
+// bandwidth (4bit_nc, 32K), and 16-head CTAs lead at 32 kv heads (MHA) too.
 // (Where ring_row_bytes pads the rows — turbo slots at 16 heads — a page takes 16 per-token
 // copies even in one CTA: the 4-way bank conflicts they avoid cost more.) Above the
 // kernel's warps, CTAs of 8 heads: the wide-LUT formats' 8-head rows are unpadded (tm_rows, which
 // pick_kernel asserts), so each 16-token page slice is one tensor-map box (the TM kernels,
-// tm_copies): at 40 kv heads 4bit_nc 48% → 82% of copy, turbo3 −33%; at 32 ahead of 16-head CTAs
-// with padded rows in per-token copies, 4bit_nc 69% → 83%, turbo3 −15% (32K).
+// tm_copies), which measured faster than per-token copies at 40 kv heads and than 16-head CTAs with
+// padded rows at 32.
 // The 8-warp kernels copy per token.
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   if (n_kv_heads <= decode_cta_warps(f)) return n_kv_heads;
@@ -464,8 +464,8 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
                                 plan.warps_per_head, slicing, plan.tensor_map, multi, tiles, plan.part_warps == 1};
       plan.ctas_per_sm = decode_kernel_occupancy<C>(sel, plan.threads, plan.smem_bytes);
     });
-    // the balanced dealing only at G ≤ 4 query columns per kv head: planner_ab.py on one H100 (B 32, 32K) put even
-    // chunks 3–11% ahead at 64/8, 96/8 and 128/8 (4bit_nc 128/8: 0.5623 → 0.5085 ms) and level at 32/8
+    // the balanced dealing only at G ≤ 4 query columns per kv head: its fixed cost per CTA fits G ≤ 4 CTAs, and at
+    // 64/8, 96/8 and 128/8 even chunks measured up to 11% ahead (planner_ab.py, one H100, B 32, 32K)
     finish_plan(p, f.head_dim, sm_count, kSub, plan, /*balance=*/group <= 4, merge_min_item_tokens, chunks);
     return plan;
   };

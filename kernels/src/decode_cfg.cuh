@@ -284,9 +284,9 @@ struct KernelTraits {
 
   // Compile-time kv heads, d ≤ 128, not packed (G > 4, and every multi-query and two-tile kernel): the warp's query
   // rows (4 pairs of heads per N-tile, QRaw) are loaded into registers at kernel entry as kPacked's are, instead of
-  // head after head in the prologue, where each load waited behind every CTA's ring fill (4bit_nc at 16/2, 32K,
-  // B 32 on an H100: prologue 12.9 → 7.6 µs, 76.8 → 79.6% of copy). 3-bit keys at d 128 (kKeyRuns, short of
-  // registers) only with ≤ 4 kv heads per CTA and the head loop unrolled (query_frags); with 8, 3bit_nc lost 1–4%.
+  // head after head in the prologue, where each load waited behind every CTA's ring fill (it takes 40% off the
+  // prologue of 4bit_nc at 16/2, 32K, B 32 on an H100). 3-bit keys at d 128 (kKeyRuns, short of registers) only
+  // with ≤ 4 kv heads per CTA and the head loop unrolled (query_frags): with 8, 3bit_nc measured slower.
   static constexpr bool kRawRows = !Packed && D <= 128 && Heads > 0 && !TensorMap && (!kKeyRuns || Heads <= 4);
 
   // Tokens of the MMA rows (any order of a half's 16 tokens works, the values' k-slots following

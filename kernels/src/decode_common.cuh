@@ -626,9 +626,9 @@ constexpr bool two_query_slices(int group) { return group > kQueryCols && group 
 // warps; not the plane layout). The planner takes it at 12 < G, and at 8 < G ≤ 12 where
 // dual_short_items: there two launches run the second slice's ≤ 4 columns in the packed kernel
 // (hi and lo in one MMA), which one CTA's warps cannot mix with the other slice's, and that wins
-// once a work item's tokens outweigh a launch's fixed cost (B 32, 96 / 8, 32K
-// — 8192 tokens per item — 0.724 ms in two launches, 0.756 in one; 8K — 2048 per item — equal;
-// B 8 8K, B 1 32K, B 32 4K 6–19% faster in one; 16 columns, 128 / 8, 32K: 0.796 → 0.756).
+// once a work item's tokens outweigh a launch's fixed cost: two launches measured 4% faster at
+// 8192 tokens per item (B 32, 96 / 8, 32K), equal at 2048 and slower below; at 16 columns one
+// launch is faster.
 constexpr bool dual_slices_fit(int group, int hpc, int cta_warps, bool planes) {
   return two_query_slices(group) && 2 * hpc <= cta_warps && !planes;
 }

@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(DecodeArgs a, int 
   const int64_t row0 = (int64_t(h) * a.items + si.x) * a.part_warps;
   const int d = 2 * x;
   // U parts' loads are issued before any of them is used: from a plain unrolled loop ptxas
-  // loaded every part into one register, one load in flight per thread (a batch-1 Gemma 3
-  // merge of 512 parts: 12.6 → 29.9 µs under Nsight Compute). The first U
+  // loads every part into one register, one load in flight per thread (a batch-1 Gemma 3
+  // merge of 512 parts takes 2.4× as long so, under Nsight Compute). The first U
   // (parts y, y + P, …) go out here, with the lse loads: they need no weight, so the max, the
   // weights and these loads take one L2 round trip instead of two. (U = 16: the 8–16 parts of a
   // B 32 decode at 4 splits, 10 at 32K, in that one round trip; U = 8 left a second one.)
@@ -138,7 +138,7 @@ void launch_decode_merge(const DecodeArgs& a, int batch, int head_dim, int tile,
   const int avg = std::max(1, a.items * a.part_warps / batch);
   const int pairs = head_dim / 2, P = std::max(1, std::min(kMergeThreads / pairs, avg / 8));
   // a programmatic dependent of stage 1 (which signals after its main loop; the FP16
-  // kernel does not signal, so there the merge launches when stage 1 exits, as before)
+  // kernel does not signal, so there the merge launches when stage 1 exits)
   launch_programmatic(merge_kernel, dim3(unsigned(a.n_kv_heads * a.group_stride), unsigned(batch)),  // every query head
                       dim3(unsigned(pairs), unsigned(P)),
                       (size_t(a.parts) + size_t(P) * size_t(head_dim + 1)) * sizeof(float), stream, true, a, head_dim,

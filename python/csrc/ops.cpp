@@ -310,7 +310,7 @@ void decode(Tensor& out, const Tensor& query, const Tensor& kv_cache, const Tens
   TORCH_CHECK(int64_t(b.stride) * c.block_size >= max_seq_len, "tqkit.decode: block_table holds ", b.stride,
               " blocks of ", c.block_size, " per sequence, fewer than max_seq_len ", max_seq_len, " tokens");
   TORCH_CHECK(s.batch >= 1 && s.q_len >= 1 && s.heads >= 1 && c.n_kv_heads >= 1 && max_seq_len >= 1,
-              "tqkit.decode_workspace_bytes: ", kCountsMsg);  // (decode_workspace_bytes' check, as before)
+              "tqkit.decode: ", kCountsMsg);
   const c10::cuda::CUDAGuard guard(kv_cache.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int qd = query.dim();
