@@ -8,11 +8,9 @@
 // A new maximum sets m to that maximum plus kHeadroom (any m ≥ the logits gives the same softmax), so that
 // later sub-tiles keep to the fast path unless a logit exceeds the maximum by more than kHeadroom. The weights
 // stay ≤ 1 (P' cannot overflow fp16, whatever the value scale) and ≥ 2^-kHeadroom times their value under
-// m = the maximum: fp16 P' reaches its subnormal range kHeadroom bits closer to the maximum. The share of
-// sub-tiles that take the slow path at 16 columns per warp (experiments/softmax_votes.py, the vote replayed in
-// float64) falls from 21% to 2.9% on tq-bench's Gaussian inputs (8192-token items: q_len 4 at 32/8), and from
-// 19% to 7.8% on Qwen2.5 0.5B's queries and keys (q_len 4 over 2048 tokens, every layer and kv head); q_len 4
-// at 32/8, B 32, 32K ran 1.6–2.5% faster (one H100, same-call A/B).
+// m = the maximum: fp16 P' reaches its subnormal range kHeadroom bits closer to the maximum. With it, 2.9% of
+// the sub-tiles take the slow path at 16 columns per warp on tq-bench's Gaussian inputs (q_len 4 at 32/8;
+// experiments/softmax_votes.py replays the vote in float64, on those inputs or a tq-dump file).
 #pragma once
 
 #include <cmath>
