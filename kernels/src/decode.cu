@@ -133,12 +133,12 @@ int balance_slots(int batch, int max_tiles, int slots, int splits) {
 }
 
 // The CTA merges its warps' parts (KernelTraits::kCtaMerge) from 4 warps per kv head (plan_stage1) and where a
-// work item averages at least 2048 tokens (finish_plan). Same-call A/Bs on one H100 (results/kernels/
-// ab_cta_merge_h100.txt): at B 32, 32K 16/2 (8 warps per head) −2.2 … −7.3%; merging at 2 warps per head cost up
-// to 2.6% (32/8, 64/8), and on items of ≤ 128 tokens (batch 1, 4K) 5 … 24%.
+// work item averages at least 2048 tokens (finish_plan): in same-call A/Bs on one H100 (results/kernels/
+// ab_cta_merge_h100.txt) the merge gains with 8 warps per head (16/2, B 32, 32K: up to 7%) and costs with 2 warps
+// per head (32/8, 64/8) and on short items (batch 1, 4K).
 constexpr int kCtaMergeMinWarps = 4, kCtaMergeMinItemTokens = 2048;
 // 3bit_nc (3-bit mse keys, 3-bit values) merges at any item length: in the run-time-flag A/B (same file) its
-// batch-1 4K decodes at 16/2 and 32/4 were 13% and 9% faster merging, where every other format was 5–24% slower.
+// batch-1 4K decodes at 16/2 and 32/4 gained from the merge (16/2: 13%), where every other format's lost.
 template <class C>
 constexpr int cta_merge_min_item_tokens() {
   return QCfg<C>::kMse && C::kKeyBits == 3 && C::kValueBits == 3 ? 0 : kCtaMergeMinItemTokens;

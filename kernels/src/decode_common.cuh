@@ -640,10 +640,10 @@ constexpr bool dual_short_items(int max_seq_len, int num_splits) {
 // 8 < G ≤ 16, one query: the two-tile kernels (8 warps, each computing both 8-column tiles from
 // one decode of the keys and values) where the longest sequence's work items stream more than
 // 128 tokens; shorter items take the dual-slice launch where the format has one (16-warp kernels),
-// whose two warps per kv head halve an item's latency. planner_ab.py (4bit_nc, k3v4_nc, 3bit_nc;
-// 128/8 and 96/8): 64 tokens per item (B 1 4K) two tiles 3–9% slower, 128 (B 1 8K) within ±3%,
-// 256 (B 1 16K, B 4 8K, B 8 4K) 2–10% faster, 512 (B 1 32K) 11% faster. k8v4 (8-warp kernel, no
-// dual-slice launch) keeps two tiles: 25% faster than two launches at B 1 4K.
+// whose two warps per kv head halve an item's latency. planner_ab.py (4bit_nc, k3v4_nc, 3bit_nc at
+// 128/8 and 96/8; results/kernels/planner_ab.txt) puts the break-even at 128 tokens per item (two
+// tiles within ±3% there, slower below, faster above). k8v4 (8-warp kernel, no dual-slice launch)
+// keeps two tiles, faster than its two launches even at B 1 4K.
 constexpr bool two_tile_items(int max_seq_len, int num_splits) {
   return int64_t(max_seq_len) > int64_t(128) * num_splits;
 }

@@ -81,12 +81,11 @@ __device__ __forceinline__ T to_out(float x) {
 // j = 32i + 8q + e (e < 8) of row r: FWHT stages h = 1, 2, 4 and ≥ 32 inside the lane, 8 and
 // 16 across the quad, the norm tree likewise (bitexact.cuh: the CPU's order, so the outputs
 // are the same bits), one 16-byte store per 8 outputs when the outputs are 16-byte aligned,
-// else 8 2-byte stores (streaming: the outputs are read later by another kernel; +2–3% for
-// k8v4). A warp's 8 slots are staged in shared memory (2-byte loads: slots are
-// 2-byte aligned); rows past the range compute and are not stored. At 32K, aligned:
-// 80–88% of copy bandwidth for the mse/fp8 formats against the warp kernel's 32–42% (staging
-// the 8 slots one after another, each a table then a cache round trip, held it at 38%);
-// turbo3/turbo4 48–58% (26–30%), bound by instruction issue (two FWHTs per token-head).
+// else 8 2-byte stores (streaming: the outputs are read later by another kernel). A warp's 8
+// slots are staged in shared memory together (2-byte loads: slots are 2-byte aligned), not one
+// after another, each a table then a cache round trip; rows past the range compute and are not
+// stored. So the mse/fp8 formats' dequant reaches 80–88% of copy bandwidth at 32K (aligned);
+// turbo3/turbo4 stay bound by instruction issue (two FWHTs per token-head).
 constexpr int kQuadWarps = 4;
 
 template <class C>
