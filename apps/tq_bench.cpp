@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "tq/cuda/bench.h"
 #include "tq/cuda/device.h"
 #include "tq/cuda/kernel_format.h"
+#include "tq/cuda/paged.h"
 #endif
 
 namespace {
@@ -466,7 +468,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp16", "bf16"}))
       ->capture_default_str();
   app.add_option("--block-size", a.block_size, "tokens per cache page")
-      ->check(CLI::IsMember({16, 32, 64, 128}))  // the kernels' page sizes (kernels/src/validate.cpp), on any machine
+      ->check(CLI::IsMember(std::vector<int>(std::begin(tq::cuda::kBlockSizes), std::end(tq::cuda::kBlockSizes))))
       ->capture_default_str();
   app.add_option("--reps", a.reps, "timed launches per kernel (median reported)")
       ->check(CLI::Range(1, 100000))

@@ -132,9 +132,10 @@ MAIN_AT = re.compile(r"main at ([0-9a-f]{7})")
 def mq_tables(name):
     """kernels/NAME's tq-bench multi-query tables in file order, each (its legend line, the "fused: ..." one before
     it, or ""; its rows as {column: cell} with "pass": None for the table's own rows and N for the "#   pass N: <row>"
-    comment rows that follow it, the same rows from other passes of its build), the first commit the file's comments
-    name ("main at ..."), and the commit each "#   pass N (main at ..." comment names."""
-    tables, head, legend, commit, pass_commits = [], None, "", None, {}
+    comment rows that follow it, the same rows from other passes of its build; its title, the "tq-bench ... on
+    DEVICE (...): batch ..." line before it), the first commit the file's comments name ("main at ..."), and the
+    commit each "#   pass N (main at ..." comment names."""
+    tables, head, legend, title, commit, pass_commits = [], None, "", "", None, {}
     with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
         for line in f:
             cells = line.split()
@@ -142,11 +143,13 @@ def mq_tables(name):
                 commit = m.group(1)
             if (m := re.match(r"^#\s+pass (\d+) \(main at ([0-9a-f]{7})", line)):
                 pass_commits[int(m.group(1))] = m.group(2)
-            if line.startswith("fused: "):
+            if line.startswith("tq-bench "):
+                title = line
+            elif line.startswith("fused: "):
                 legend = line
             elif cells[:2] == ["format", "q_len"]:
                 head = cells
-                tables.append((legend, []))
+                tables.append((legend, [], title))
                 legend = ""
             elif head and len(cells) == len(head) and cells[0].startswith("turbo"):
                 tables[-1][1].append(dict(zip(head, cells), **{"pass": None}))
@@ -224,7 +227,7 @@ def varlen_row(counts):
     if not os.path.exists(os.path.join(RES, "kernels", "varlen_h100.txt")):
         return None
     found = None
-    for legend, rows in mq_tables("varlen_h100.txt")[0]:
+    for legend, rows, _ in mq_tables("varlen_h100.txt")[0]:
         rows = [r for r in rows if r["format"] == "turboquant_4bit_nc"]
         if f"query counts {counts} " in legend and rows:
             found = (float(rows[0]["fused_ms"]), float(rows[0]["varlen_ms"]),
@@ -368,7 +371,7 @@ def op_line():
 def mq_passes(name="multi_query_tqbench_h100.txt"):
     """The passes of kernels/NAME's first tq-bench --q-len table (one build timed on several machine starts):
     {(format, q_len): {pass: row}} in the file's row order (the table's own rows are pass 1), each pass's commit,
-    the newest pass, and every pass number seen; None without a table."""
+    the newest pass, every pass number seen and the table's title line; None without a table."""
     tables, first_commit, commits = mq_tables(name)
     if not tables:
         return None
@@ -377,7 +380,7 @@ def mq_passes(name="multi_query_tqbench_h100.txt"):
         mq.setdefault((r["format"], int(r["q_len"])), {})[r["pass"] or 1] = r
     commits.setdefault(1, first_commit)
     passes_seen = {n for by_pass in mq.values() for n in by_pass}
-    return mq, commits, max(passes_seen), passes_seen
+    return mq, commits, max(passes_seen), passes_seen, tables[0][2]
 
 
 def value_range(v, vals):
@@ -389,15 +392,12 @@ def mq_current():
     """kernels.md's multi-query table: every format and q_len of the newest pass of the H100 multi-query table, the
     fused time, its ratios to one and to q_len single-query decodes (with the range over the passes that have the
     row) and to our FP16 decode at the same q_len."""
-    name = "multi_query_tqbench_h100.txt"
-    passed = mq_passes(name)
+    passed = mq_passes()
     if passed is None:
         return ""
-    mq, commits, newest, passes_seen = passed
-    with open(os.path.join(RES, "kernels", name), encoding="utf-8") as f:
-        m = re.search(r"tq-bench multi-query on (.+?) \(.*?batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim (\d+), "
-                      r"ctx (\d+)", f.read())
-    device, batch, heads, kv_heads, dim, ctx = m.groups()
+    mq, commits, newest, passes_seen, title = passed
+    device, batch, heads, kv_heads, dim, ctx = re.search(
+        r"on (.+?) \(.*?batch (\d+), q_heads (\d+), kv_heads (\d+), head_dim (\d+), ctx (\d+)", title).groups()
     lines = ["| format | q_len | fused ms | × one single-query decode | q_len single-query decodes ÷ fused | "
              "faster than our FP16 |", "|---|---|---|---|---|---|"]
     for (fmt, q), by_pass in mq.items():
@@ -423,7 +423,7 @@ def targets():
     if not parsed or passed is None:
         return ""
     rows, order, formats, sdpa, device, commit = parsed
-    mq, commits, newest, passes_seen = passed  # (format, q_len) -> {pass: row}
+    mq, commits, newest, passes_seen, _ = passed  # (format, q_len) -> {pass: row}
     presets = [f for f in SHAPE_PRESETS if f in formats]
     short = lambda f: f.replace("turboquant_", "")
 

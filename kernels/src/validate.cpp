@@ -1,7 +1,9 @@
 // can_implement checks of the launchers (host, g++: messages via fmt). Each
 // returns "" when the kernel can run the arguments, else what is wrong, naming
 // the field and its value.
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include <fmt/format.h>
@@ -20,7 +22,9 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads);
 
 namespace {
 
-bool valid_block_size(int b) { return b == 16 || b == 32 || b == 64 || b == 128; }
+bool valid_block_size(int b) {
+  return std::find(std::begin(kBlockSizes), std::end(kBlockSizes), b) != std::end(kBlockSizes);
+}
 bool valid_dtype(Dtype16 t) { return t == Dtype16::f16 || t == Dtype16::bf16; }
 
 std::string check_cache(const char* who, const KernelFormat& f, const PagedCache& c) {

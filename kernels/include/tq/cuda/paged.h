@@ -38,10 +38,13 @@ enum class CacheLayout : int { vllm = 0, planes = 1 };
 enum class Dtype16 : int { f16 = 0, bf16 = 1 };
 inline const char* dtype16_name(Dtype16 t) { return t == Dtype16::bf16 ? "bf16" : "fp16"; }
 
+// The page sizes (tokens per block) the kernels take.
+inline constexpr int kBlockSizes[] = {16, 32, 64, 128};
+
 struct PagedCache {
   uint8_t* data = nullptr;  // 16-byte aligned
   int64_t num_blocks = 0;
-  int block_size = 0;       // 16, 32, 64 or 128
+  int block_size = 0;       // one of kBlockSizes
   int n_kv_heads = 0;
   int slot_bytes = 0;       // KernelFormat::slot_bytes
   CacheLayout layout = CacheLayout::vllm;  // planes: store and decode only (dequant: vllm)
