@@ -61,6 +61,26 @@ __global__ void merge(const float* part, float* out, int splits) {
   out[blockIdx.x * 512 + threadIdx.x] = v;
 }
 
+// A launch of `grid` CTAs of 512 threads on stream st with one launch attribute (*attr).
+cudaLaunchConfig_t config(dim3 grid, size_t smem, cudaStream_t st, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(512);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+cudaLaunchAttribute cluster_attr(int cs) {
+  cudaLaunchAttribute at = {};
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = cs;
+  at.val.clusterDim.y = 1;
+  at.val.clusterDim.z = 1;
+  return at;
+}
+
 int main() {
   cudaDeviceProp pr;
   CK(cudaGetDeviceProperties(&pr, 0));
@@ -70,17 +90,8 @@ int main() {
   CK(cudaFuncSetAttribute(stream_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CK(cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (int cs : {1, 2, 4, 8, 16}) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    cfg.gridDim = dim3(128);
-    cfg.blockDim = dim3(512);
-    cfg.dynamicSmemBytes = smem;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = cs;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at = cluster_attr(cs);
+    const cudaLaunchConfig_t cfg = config(dim3(128), smem, nullptr, &at);
     int n = -1;
     cudaError_t e = cudaOccupancyMaxActiveClusters(&n, stream_kernel<true>, &cfg);
     printf("cluster %2d: max active clusters %d (%d CTAs) %s\n", cs, n, n * cs,
@@ -102,30 +113,15 @@ int main() {
     const size_t n_per = n4 / 128;
     auto run_plain = [&] {
       stream_kernel<false><<<128, 512, smem, st>>>(in, n_per, part, out);
-      cudaLaunchConfig_t cfg = {};
-      cudaLaunchAttribute at[1];
-      cfg.gridDim = dim3(128 / cs);
-      cfg.blockDim = dim3(512);
-      cfg.stream = st;
-      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      at[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = at;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute at = {};
+      at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      at.val.programmaticStreamSerializationAllowed = 1;
+      const cudaLaunchConfig_t cfg = config(dim3(128 / cs), 0, st, &at);
       cudaLaunchKernelEx(&cfg, merge, (const float*)part, out, cs);
     };
     auto run_cluster = [&] {
-      cudaLaunchConfig_t cfg = {};
-      cudaLaunchAttribute at[1];
-      cfg.gridDim = dim3(128);
-      cfg.blockDim = dim3(512);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = st;
-      at[0].id = cudaLaunchAttributeClusterDimension;
-      at[0].val.clusterDim.x = cs;
-      at[0].val.clusterDim.y = 1;
-      at[0].val.clusterDim.z = 1;
-      cfg.attrs = at;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute at = cluster_attr(cs);
+      const cudaLaunchConfig_t cfg = config(dim3(128), smem, st, &at);
       cudaLaunchKernelEx(&cfg, stream_kernel<true>, (const float4*)in, n_per, part, out);
     };
     for (int rep = 0; rep < 3; ++rep) {
