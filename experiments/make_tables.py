@@ -388,11 +388,10 @@ def value_range(v, vals):
     return f"{v:.2f}" + (f" ({min(vals):.2f}–{max(vals):.2f})" if min(vals) != max(vals) else "")
 
 
-def mq_current():
+def mq_current(passed):
     """kernels.md's multi-query table: every format and q_len of the newest pass of the H100 multi-query table, the
     fused time, its ratios to one and to q_len single-query decodes (with the range over the passes that have the
-    row) and to our FP16 decode at the same q_len."""
-    passed = mq_passes()
+    row) and to our FP16 decode at the same q_len. passed: mq_passes()."""
     if passed is None:
         return ""
     mq, commits, newest, passes_seen, title = passed
@@ -415,11 +414,11 @@ def mq_current():
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
-def targets():
+def targets(passed):
     """kernels.md's table of the multi-query, shape and op targets: the newest pass of the H100 multi-query table
-    (with the range over its passes) and the shapes file's same-call rows, each target's status from them."""
+    (with the range over its passes; passed: mq_passes()) and the shapes file's same-call rows, each target's status
+    from them."""
     parsed = shape_rows()
-    passed = mq_passes()
     if not parsed or passed is None:
         return ""
     rows, order, formats, sdpa, device, commit = parsed
@@ -519,8 +518,9 @@ def main():
                      headline() + "\n" + multi_query() + shapes_line() + op_line(), check)
     changed |= splice(os.path.join(RES, "README.md"), "results", shapes() + "\n" + op_overhead().lstrip("\n"), check)
     changed |= splice(os.path.join(RES, "kernels.md"), "current", kernels_current(), check)
-    changed |= splice(os.path.join(RES, "kernels.md"), "targets", targets(), check)
-    changed |= splice(os.path.join(RES, "kernels.md"), "multi_query", mq_current(), check)
+    passed = mq_passes()  # (both tables read the H100 multi-query file's passes)
+    changed |= splice(os.path.join(RES, "kernels.md"), "targets", targets(passed), check)
+    changed |= splice(os.path.join(RES, "kernels.md"), "multi_query", mq_current(passed), check)
     if check and changed:
         sys.exit(1)
 
