@@ -111,24 +111,26 @@ int main() {
   cudaEventCreate(&e1);
   for (int cs : {2, 4, 8}) {
     const size_t n_per = n4 / 128;
-    auto run_plain = [&] {
+    // each returns its launches' error, so that a launch that failed is never timed as an empty one
+    auto run_plain = [&]() -> cudaError_t {
       stream_kernel<false><<<128, 512, smem, st>>>(in, n_per, part, out);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
       cudaLaunchAttribute at = {};
       at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       at.val.programmaticStreamSerializationAllowed = 1;
       const cudaLaunchConfig_t cfg = config(dim3(128 / cs), 0, st, &at);
-      cudaLaunchKernelEx(&cfg, merge, (const float*)part, out, cs);
+      return cudaLaunchKernelEx(&cfg, merge, (const float*)part, out, cs);
     };
-    auto run_cluster = [&] {
+    auto run_cluster = [&]() -> cudaError_t {
       cudaLaunchAttribute at = cluster_attr(cs);
       const cudaLaunchConfig_t cfg = config(dim3(128), smem, st, &at);
-      cudaLaunchKernelEx(&cfg, stream_kernel<true>, (const float4*)in, n_per, part, out);
+      return cudaLaunchKernelEx(&cfg, stream_kernel<true>, (const float4*)in, n_per, part, out);
     };
     for (int rep = 0; rep < 3; ++rep) {
       for (int v = 0; v < 2; ++v) {
-        for (int w = 0; w < 5; ++w) v ? run_cluster() : run_plain();
+        for (int w = 0; w < 5; ++w) CK(v ? run_cluster() : run_plain());
         cudaEventRecord(e0, st);
-        for (int w = 0; w < 50; ++w) v ? run_cluster() : run_plain();
+        for (int w = 0; w < 50; ++w) CK(v ? run_cluster() : run_plain());
         cudaEventRecord(e1, st);
         CK(cudaEventSynchronize(e1));
         float ms;
