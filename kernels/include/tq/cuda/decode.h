@@ -96,7 +96,7 @@ struct DecodePlan {
                            // sequence is one item, written straight to out
   int part_warps = 0;      // partial results per work item: warps_per_head, or 1 where a CTA merges its warps'
                            // parts in shared memory first (quantized single-query decodes with ≥ 4 warps per
-                           // kv head and items of ≥ 2048 tokens, where the idle ring holds them); 0 before
+                           // kv head and items of ≥ 256 tokens, where the idle ring holds them); 0 before
                            // finish_plan (= warps_per_head)
   int threads = 0;
   int smem_bytes = 0;
