@@ -133,11 +133,10 @@ int balance_slots(int batch, int max_tiles, int slots, int splits) {
 }
 
 // The CTA merges its warps' parts (KernelTraits::kCtaMerge) from 4 warps per kv head (plan_stage1) and where a
-// work item averages at least 256 tokens (finish_plan). In same-call A/Bs on one H100 the merge gains with 8 warps
-// per head (B 32, 32K, 16/2: up to 7%, results/kernels/ab_cta_merge_h100.txt) and, at 4 dims per thread
-// (merge_warp_parts), on items of 256 tokens and more (B 32, 4K, 16/2: 14%); it costs with 2 warps per head (32/8,
-// 64/8) and on items of 128 tokens at d 256 and for k8v4 (5–7%, batch 1 at 4K;
-// results/kernels/ab_cta_merge_short_h100.txt).
+// work item averages at least 256 tokens (finish_plan). In same-call A/Bs on one H100 (results/kernels/
+// ab_cta_merge_h100.txt, ab_cta_merge_short_h100.txt) it gains with 8 warps per head and on items of 256 tokens and
+// more (B 32, 4K, 16/2: 14%), and costs with 2 warps per head (32/8, 64/8) and on items of about 128 tokens (d 256,
+// k8v4).
 constexpr int kCtaMergeMinWarps = 4, kCtaMergeMinItemTokens = 256;
 // 3bit_nc (3-bit mse keys, 3-bit values) merges at any item length: in the run-time-flag A/B of
 // ab_cta_merge_h100.txt its batch-1 4K decodes at 16/2 and 32/4 gained from the merge (16/2: 13%).
