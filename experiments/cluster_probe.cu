@@ -11,15 +11,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+
+#include "cuda_check.h"
+
 namespace cg = cooperative_groups;
-#define CK(x)                                        \
-  do {                                               \
-    cudaError_t e = (x);                             \
-    if (e != cudaSuccess) {                          \
-      printf("%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                      \
-    }                                                \
-  } while (0)
 
 template <bool Cluster>
 __global__ void __launch_bounds__(512, 1)
@@ -83,12 +78,12 @@ cudaLaunchAttribute cluster_attr(int cs) {
 
 int main() {
   cudaDeviceProp pr;
-  CK(cudaGetDeviceProperties(&pr, 0));
+  CHECK(cudaGetDeviceProperties(&pr, 0));
   printf("%s, %d SMs\n", pr.name, pr.multiProcessorCount);
   const int smem = 200 * 1024;
-  CK(cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CK(cudaFuncSetAttribute(stream_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CK(cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CHECK(cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(stream_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CHECK(cudaFuncSetAttribute(stream_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (int cs : {1, 2, 4, 8, 16}) {
     cudaLaunchAttribute at = cluster_attr(cs);
     const cudaLaunchConfig_t cfg = config(dim3(128), smem, nullptr, &at);
@@ -100,12 +95,12 @@ int main() {
   const size_t bytes = 281u << 20, n4 = bytes / 16;
   float4* in;
   float *part, *out;
-  CK(cudaMalloc(&in, bytes));
-  CK(cudaMemset(in, 0, bytes));
-  CK(cudaMalloc(&part, 128 * 512 * 4));
-  CK(cudaMalloc(&out, 128 * 512 * 4));
+  CHECK(cudaMalloc(&in, bytes));
+  CHECK(cudaMemset(in, 0, bytes));
+  CHECK(cudaMalloc(&part, 128 * 512 * 4));
+  CHECK(cudaMalloc(&out, 128 * 512 * 4));
   cudaStream_t st;
-  CK(cudaStreamCreate(&st));
+  CHECK(cudaStreamCreate(&st));
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
@@ -128,11 +123,11 @@ int main() {
     };
     for (int rep = 0; rep < 3; ++rep) {
       for (int v = 0; v < 2; ++v) {
-        for (int w = 0; w < 5; ++w) CK(v ? run_cluster() : run_plain());
+        for (int w = 0; w < 5; ++w) CHECK(v ? run_cluster() : run_plain());
         cudaEventRecord(e0, st);
-        for (int w = 0; w < 50; ++w) CK(v ? run_cluster() : run_plain());
+        for (int w = 0; w < 50; ++w) CHECK(v ? run_cluster() : run_plain());
         cudaEventRecord(e1, st);
-        CK(cudaEventSynchronize(e1));
+        CHECK(cudaEventSynchronize(e1));
         float ms;
         cudaEventElapsedTime(&ms, e0, e1);
         printf("splits %d %-8s %.2f us  %.1f GB/s\n", cs, v ? "cluster" : "plain", ms * 1000 / 50,
@@ -140,6 +135,6 @@ int main() {
       }
     }
   }
-  CK(cudaGetLastError());
+  CHECK(cudaGetLastError());
   return 0;
 }

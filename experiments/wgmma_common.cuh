@@ -1,6 +1,6 @@
-// What the sm_90a experiments (wgmma_peak.cu, mq64_proto.cu) share: a CUDA error check, the warpgroup MMA
-// m64nNk16 with A from registers and its fence / commit / wait, and the no-swizzle shared-memory layout of a B
-// tile with its descriptor, which wgmma_peak.cu checks against a float64 product.
+// What the sm_90a experiments (wgmma_peak.cu, mq64_proto.cu) share: the CUDA error check (cuda_check.h), the
+// warpgroup MMA m64nNk16 with A from registers and its fence / commit / wait, and the no-swizzle shared-memory layout
+// of a B tile with its descriptor, which wgmma_peak.cu checks against a float64 product.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    const cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "cuda_check.h"
 
 // d (+)= A·B^T for one warpgroup: a = this thread's A fragment (the mma.sync m16n8k16 A layout, warp w
 // holding rows 16w … 16w + 15), b_desc = B's shared-memory descriptor, accumulate = 0: d = A·B^T.
