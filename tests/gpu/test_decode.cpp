@@ -488,10 +488,11 @@ TEST_CASE("decode: sequences longer than the plan's max_seq_len (merge in severa
 }
 
 // With ≥ 4 warps per kv head (≤ 4 kv heads per CTA of 16 warps, ≤ 2 of 8) and work items of ≥ 256 tokens (3bit_nc:
-// any length), the CTA merges its warps' parts in shared memory (DecodePlan::part_warps 1): with one split each sequence is one item and
-// goes straight to out, with two its item parts go through the workspace and the merge kernel; with the auto split
-// count the items are a few hundred tokens, merged where they average ≥ 256 (3bit_nc: always). Every format, d 64 / 128 / 256, 1–4 kv heads, G 1–8,
-// against float64 attention; the 17-token sequence leaves most warps' parts empty.
+// any length), the CTA merges its warps' parts in shared memory (DecodePlan::part_warps 1): with one split each
+// sequence is one item and goes straight to out, with two its item parts go through the workspace and the merge
+// kernel; with the auto split count the items are a few hundred tokens, merged where they average ≥ 256 (3bit_nc:
+// always). Every format, d 64 / 128 / 256, 1–4 kv heads, G 1–8, against float64 attention; the 17-token sequence
+// leaves most warps' parts empty.
 TEST_CASE("decode: the CTA merges its warps' parts (few kv heads, items of 256 tokens and more)", "[decode]") {
   struct H {
     int hq, hkv, d;
