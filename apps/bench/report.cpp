@@ -61,6 +61,7 @@ void to_json(Json& j, const DecodeReport& r) {
   j["warps_per_head"] = d.plan.warps_per_head;
   j["part_warps"] = d.plan.part_warps;  // parts per work item: 1 where the CTA merged its warps' parts itself
   j["heads_per_cta"] = d.plan.heads_per_cta;
+  j["ring_heads"] = d.plan.ring_heads;  // > heads_per_cta: each CTA copies whole token rows (every kv head's slots)
   j["tensor_map"] = d.plan.tensor_map;  // 16-token page slices as tensor-map boxes (CTAs of some heads)
   // stage-1 launches (G > 8 query heads per kv head: ⌈G/8⌉, each reading the cache once, or 1 with
   // query_slices 2: both slices of 8 < G ≤ 16 in one CTA; kv_bytes and pct_copy count every slot once)

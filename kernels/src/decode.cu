@@ -80,7 +80,7 @@ int memo_occupancy(const void* kernel, int threads, int smem_bytes) {
 // back to fewer warps per head, then to fewer heads per CTA (a divisor of n_kv_heads).
 void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn,
                  int static_smem, int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages,
-                 bool flexible_heads, int two_cta_min_stages, int cta_warps) {
+                 bool flexible_heads, int two_cta_min_stages, int cta_warps, bool whole_rows) {
   constexpr int kSmemPerSm = 228 * 1024, kReserved = 1024;  // H200: 228 KB per SM, 227 KB per block
   const int h0 = first_heads;
   if (h0 < 1 || h0 > cta_warps || n_kv_heads % h0)
@@ -88,8 +88,10 @@ void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head
   stages = 0;
   for (int hpc = h0; hpc >= 1 && !stages; --hpc) {
     if (n_kv_heads % hpc || (hpc != h0 && !flexible_heads)) continue;
-    for (int wph = std::max(1, cta_warps / hpc); wph >= 1 && !stages; wph = flexible_heads ? wph / 2 : 0) {
-      const int sb = wph * sub_tokens * hpc * token_head_bytes;
+    // (whole_rows: fewer warps per head where a stage of whole token rows is too large)
+    const int row_heads = whole_rows ? n_kv_heads : hpc;
+    for (int wph = std::max(1, cta_warps / hpc); wph >= 1 && !stages; wph = flexible_heads || whole_rows ? wph / 2 : 0) {
+      const int sb = wph * sub_tokens * row_heads * token_head_bytes;
       // Prefer 2 CTAs per SM with ≥ 3 stages (latency hiding across CTAs), else
       // the deepest ring (≥ 3, then 2) one CTA can hold.
       for (int ctas = 2; ctas >= 1 && !stages; --ctas)
@@ -100,6 +102,7 @@ void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head
           if (bytes <= smem_optin && ctas * (bytes + kReserved) <= kSmemPerSm) {
             stages = st;
             plan.heads_per_cta = hpc;
+            plan.ring_heads = row_heads;
             plan.warps_per_head = wph;
             stage_bytes = sb;
             break;
@@ -196,16 +199,17 @@ int ring_row(bool planes, int hpc) {
 }
 
 // The dynamic shared-memory layout of a quantized-decode plan with `stages` stages;
-// `limit`: ring_limit; planes: the plane layout.
+// `limit`: ring_limit; planes: the plane layout; row_heads: the kv heads of a piece's token row (DecodePlan::
+// ring_heads).
 struct RingLayout {
   int split = 1 << 30;  // pieces below ring_hi
   uint32_t hi = 0, qbuf = 0;
   int dyn_bytes = 0;
 };
 template <class C>
-RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
+RingLayout ring_layout(bool planes, int row_heads, int wph, int stages, int limit) {
   using Q = QCfg<C>;
-  const int half = 16 * ring_row<C>(planes, hpc), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
+  const int half = 16 * ring_row<C>(planes, row_heads), pieces = 2 * wph * stages, qbytes = Q::kCtaWarps * Q::D * 4;
   RingLayout r;
   if constexpr (Q::kWide) {  // [pieces … | LUT at kLutAddr | pieces … | q buffers]
     r.split = int((kLutAddr - kBaseMax) / uint32_t(half));
@@ -227,20 +231,21 @@ RingLayout ring_layout(bool planes, int hpc, int wph, int stages, int limit) {
   return r;
 }
 
-// Where a CTA of this ring layout (planes, hpc kv heads, wph warps each, `stages` stages; `warps` warps in all)
+// Where a CTA of this ring layout (planes, rows of row_heads kv heads, wph warps per head, `stages` stages; `warps`
+// warps in all)
 // merges its warps' parts (DecodeArgs::merge), or 0 where their staging areas (merge_stage_floats<C> per warp)
 // do not fit in what the main loop no longer needs: the ring below the q buffers (kMergeAtBase: its pieces; the
 // wide ring's first form: its low pieces and the LUT), or the LUT and the pieces above it (kMergeAtLut2: the
 // second form, whose q buffers sit below the LUT).
 template <class C>
-int merge_site(bool planes, int hpc, int wph, int stages, int warps) {
+int merge_site(bool planes, int row_heads, int wph, int stages, int warps) {
   const int need = warps * merge_stage_floats<C>() * 4;
   if constexpr (QCfg<C>::kWide) {
-    const RingLayout rl = ring_layout<C>(planes, hpc, wph, stages, ring_limit<QCfg<C>>());
+    const RingLayout rl = ring_layout<C>(planes, row_heads, wph, stages, ring_limit<QCfg<C>>());
     if (rl.hi == kRingHi) return int(rl.qbuf - kBaseMax) >= need ? kMergeAtBase : 0;
     return rl.dyn_bytes + int(kBaseMin) - int(kLutAddr2) >= need ? kMergeAtLut2 : 0;
   } else {
-    return 2 * wph * stages * 16 * ring_row<C>(planes, hpc) >= need ? kMergeAtBase : 0;
+    return 2 * wph * stages * 16 * ring_row<C>(planes, row_heads) >= need ? kMergeAtBase : 0;
   }
 }
 
@@ -292,9 +297,29 @@ int decode_cta_warps(const KernelFormat& f) {
 // tm_copies), which measured faster than per-token copies at 40 kv heads and than 16-head CTAs with
 // padded rows at 32.
 // The 8-warp kernels copy per token.
+// Other counts (Phi-4's 10 kv heads for the 8-warp kernels: fp8 keys, turbo4-qjl, head_dim 256) take the largest
+// divisor of n_kv_heads that the warps hold: preferably one whose slots the cache holds as 16-byte runs (k8v4's
+// 196-byte slots at 12 heads: CTAs of 4, per-token copies), else one that copies whole token rows (ring_rows_whole:
+// 10 heads of 196 bytes in CTAs of 5) where two stages of such rows fit, one warp per head.
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
-  if (n_kv_heads <= decode_cta_warps(f)) return n_kv_heads;
-  return n_kv_heads % 8 == 0 ? 8 : 0;
+  int hpc = 0;
+  dispatch_decode_format(f, [&](auto cfg) {
+    using C = decltype(cfg);
+    using Q = QCfg<C>;
+    constexpr int warps = Q::kCtaWarps;
+    if (n_kv_heads <= warps || n_kv_heads % 8 == 0) {
+      hpc = n_kv_heads <= warps ? n_kv_heads : 8;
+      return;
+    }
+    for (int h = warps; h >= 1 && !hpc; --h)
+      if (n_kv_heads % h == 0 && !ring_rows_whole<C>(n_kv_heads, h)) hpc = h;
+    // (the sm_90 opt-in limit: a smaller device's plan_layout then says that the ring does not fit)
+    constexpr int kOptinSm90 = 227 * 1024;
+    const int limit = kOptinSm90 - decode_static_smem<Q>();
+    for (int h = warps; h >= 1 && !hpc; --h)
+      if (n_kv_heads % h == 0 && ring_layout<C>(false, n_kv_heads, 1, 2, limit).dyn_bytes <= limit) hpc = h;
+  });
+  return hpc;
 }
 
 // Columns of a multi-query launch set: with two N-tiles per warp (tiles = 2), launches of ≤ 16
@@ -440,7 +465,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       const int static_smem = decode_static_smem<Q>();
       const int cta_warps = tiles == 2 ? kMqTileWarps : dual ? Q::kCtaWarps / 2 : Q::kCtaWarps;
       plan_layout(cache.n_kv_heads, heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
-                  stage_bytes, stages, false, 2, cta_warps);
+                  stage_bytes, stages, false, 2, cta_warps, !planes && ring_rows_whole<C>(cache.n_kv_heads, heads));
       plan.column_tiles = tiles;
       if (dual) {
         plan.query_slices = 2;
@@ -449,9 +474,9 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       if constexpr (Q::kWide) {  // the deepest ring whose split layout fits
         const int limit = ring_limit<Q>();
         for (stages = kMaxStages; stages >= 2; --stages)
-          if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
+          if (ring_layout<C>(planes, plan.ring_heads, plan.warps_per_head, stages, limit).dyn_bytes <= limit) break;
         if (stages < 2) throw_error("paged decode: a 2-stage ring does not fit in shared memory for this shape");
-        plan.smem_bytes = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, limit).dyn_bytes;
+        plan.smem_bytes = ring_layout<C>(planes, plan.ring_heads, plan.warps_per_head, stages, limit).dyn_bytes;
       }
       plan.tensor_map = tm_copies<C>(planes, sliced, plan.heads_per_cta, cache.n_kv_heads);
       const QuerySlicing slicing = dual ? QuerySlicing::both : sliced ? QuerySlicing::one : QuerySlicing::whole;
@@ -459,7 +484,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       // the workspace and the merge kernel see one part per work item (kCtaMergeMinWarps; finish_plan may undo it)
       if (!multi && !planes && !plan.tensor_map && slicing == QuerySlicing::whole &&
           plan.warps_per_head >= kCtaMergeMinWarps &&
-          merge_site<C>(planes, plan.heads_per_cta, plan.warps_per_head, stages, plan.threads / 32))
+          merge_site<C>(planes, plan.ring_heads, plan.warps_per_head, stages, plan.threads / 32))
         plan.part_warps = 1;
       const DecodeKernelSel sel{planes, dual ? group : std::min(group, kQueryCols * tiles), plan.heads_per_cta,
                                 plan.warps_per_head, slicing, plan.tensor_map, multi, tiles, plan.part_warps == 1};
@@ -550,19 +575,22 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using C = decltype(cfg);
     using Q = QCfg<C>;
     const bool planes = cache.layout == CacheLayout::planes;
-    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.heads_per_cta);
+    if (plan.ring_heads != (!planes && ring_rows_whole<C>(cache.n_kv_heads, plan.heads_per_cta) ? cache.n_kv_heads
+                                                                                                  : plan.heads_per_cta))
+      throw_error("paged_decode: plan does not match this shape (use plan_decode)");
+    a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.ring_heads);
     a.stages = 0;
     const int limit = ring_limit<Q>();
     for (int st = 2; st <= kMaxStages; ++st)
-      if (ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
+      if (ring_layout<C>(planes, plan.ring_heads, plan.warps_per_head, st, limit).dyn_bytes == plan.smem_bytes) a.stages = st;
     if (!a.stages) throw_error("paged_decode: plan does not match this format (use plan_decode)");
-    const RingLayout rl = ring_layout<C>(planes, plan.heads_per_cta, plan.warps_per_head, a.stages, limit);
+    const RingLayout rl = ring_layout<C>(planes, plan.ring_heads, plan.warps_per_head, a.stages, limit);
     a.ring_split = rl.split;
     a.ring_hi = rl.hi;
     a.qbuf_addr = rl.qbuf;
     a.merge = 0;
     if (plan.part_warps == 1 && plan.warps_per_head > 1) {
-      a.merge = merge_site<C>(planes, plan.heads_per_cta, plan.warps_per_head, a.stages, plan.threads / 32);
+      a.merge = merge_site<C>(planes, plan.ring_heads, plan.warps_per_head, a.stages, plan.threads / 32);
       if (!a.merge) throw_error("paged_decode: plan does not match this format (use plan_decode)");
     }
     const dim3 grid(unsigned(plan.items), unsigned(plan.head_groups));

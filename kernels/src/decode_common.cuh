@@ -66,9 +66,11 @@ struct DecodeArgs {
   // the main loop (the ring is idle then): kMergeAtBase, the dynamic base; kMergeAtLut2, shared address
   // kLutAddr2 (the wide ring's second form, whose q buffers sit below it); 0: each warp writes its own part
   int merge;
+  int ring_heads;  // DecodePlan's: kv heads per token row of a ring piece (heads_per_cta, or n_kv_heads)
 };
-static_assert(offsetof(DecodeArgs, seq_lens) == 88 && sizeof(DecodeArgs) == 168,
-              "DecodeArgs: bf16 sits in the padding after table_stride (the kernels' parameter offsets as without it)");
+static_assert(offsetof(DecodeArgs, seq_lens) == 88 && offsetof(DecodeArgs, ring_heads) == 168,
+              "DecodeArgs: bf16 sits in the padding after table_stride, ring_heads last (the kernels' parameter "
+              "offsets as without them)");
 constexpr int kMergeAtBase = 1, kMergeAtLut2 = 2;
 // Floats of one warp's staging area for the CTA merge (DecodeArgs::merge): its ≤ 8 columns' outputs (head_dim
 // each), then their log-sum-exps.
@@ -602,6 +604,7 @@ inline DecodeArgs make_decode_args(const DecodeParams& p, const DecodePlan& plan
   a.group = a.group_stride = p.n_q_heads / n_kv_heads;
   a.heads_per_cta = plan.heads_per_cta;
   a.warps_per_head = plan.warps_per_head;
+  a.ring_heads = plan.ring_heads;
   a.batch = p.blocks.batch;
   a.items = plan.items;
   a.parts = plan.parts;
@@ -677,10 +680,11 @@ struct DecodeParams;
 // holds warps_per_head sub-tiles of sub_tokens tokens × heads_per_cta heads
 // (heads_per_cta · warps_per_head ≤ cta_warps; heads_per_cta = first_heads, the planner's
 // choice, or with flexible_heads a smaller divisor of n_kv_heads); two CTAs per SM need
-// ≥ two_cta_min_stages stages, else one CTA takes the deepest ring.
+// ≥ two_cta_min_stages stages, else one CTA takes the deepest ring. whole_rows: a stage's rows hold all
+// n_kv_heads (DecodePlan::ring_heads), and fewer warps per head are tried where two such stages do not fit.
 void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn, int static_smem,
                  int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages, bool flexible_heads,
-                 int two_cta_min_stages, int cta_warps);
+                 int two_cta_min_stages, int cta_warps, bool whole_rows = false);
 // Split count (fixed or auto), query passes (from query_slices), parts and workspace size of a plan;
 // balance: the kernel can deal the tokens out by dev::work_item_balanced (DecodePlan::balance_slots);
 // merge_min_item_tokens: where plan_stage1 chose the CTA merge (part_warps 1), the shortest average work item

@@ -214,7 +214,8 @@ __device__ __forceinline__ void decode_body(const DecodeArgs& a, const T& t, con
   // lane's copy
   const uint32_t lut_lane = (Q::kWide ? a.ring_hi - kLutBytesWide : dev::smem_u32(lut)) + 4u * uint32_t(lane);
   [[maybe_unused]] const uint32_t slut_lane = dev::smem_u32(slut) + 8u * uint32_t(lane);
-  const RowMap rm = row_map<C, K::kPlanes>(hl, heads);
+  // (whole token rows in the ring, ring.row_heads > heads: this CTA's heads are heads hg · heads … of a row)
+  const RowMap rm = row_map<C, K::kPlanes>(ring.row_heads == heads ? hl : hg * heads + hl, ring.row_heads);
   // token of row r / of k-slot 2p (KernelTraits::kEvenOddRows, kSpreadRows)
   const int tr = K::kEvenOddRows ? 2 * r : K::kSpreadRows ? (r >> 1) + 4 * (r & 1) : r;
   const int tv = K::kEvenOddRows ? 4 * p : K::kSpreadRows ? p : 2 * p;

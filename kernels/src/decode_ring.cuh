@@ -5,7 +5,8 @@
 // (halves) of the heads' slot rows. The TMA engine fills them (cp.async.bulk, one instruction
 // per contiguous run: a 16-token page slice of all the CTA's heads in the vLLM layout; 16
 // per-token runs where the CTA holds some of the kv heads or the rows are padded
-// (ring_row_bytes); three plane runs in the plane layout; one tensor-map box per half where
+// (ring_row_bytes); the whole rows, one copy per half, where its heads' slots are not 16-byte runs
+// (ring_rows_whole, DecodeArgs::ring_heads); three plane runs in the plane layout; one tensor-map box per half where
 // KernelTraits::kTensorMap) and each copy completes on the stage's "full" mbarrier. Every
 // thread arrives on the stage's "empty" mbarrier when it has read it; the refills take turns
 // among the first n_prod warps (warp (it − 1) % n_prod in iteration it), each with the
@@ -74,6 +75,7 @@ struct PageRing {
   const T& t;
   const uint8_t* cache;
   int lane, heads, warps_per_head, hg, tile;
+  int row_heads;   // kv heads per row of a piece: heads, or every kv head (DecodeArgs::ring_heads)
   dev::Range rg;
   uint32_t dyn_base;
   int row_pad;     // bytes after each 16-token row of a piece (ring_row_bytes: a pad where the stride
@@ -92,12 +94,13 @@ struct PageRing {
                                       int wph_, int hg_, int b, const dev::Range& rg_, uint32_t dyn_base_, uint32_t bars)
       : a(a_), t(t_), cache(cache_), lane(lane_), heads(heads_), warps_per_head(wph_), hg(hg_), tile(kSub * wph_),
         rg(rg_), dyn_base(dyn_base_) {
-    row_pad = ring_row_bytes<C, K::kPlanes>(heads) - heads * SLOT;
-    half_bytes = 16 * heads * SLOT + 16 * row_pad;
-    copy_bytes = 16 * heads * SLOT;
+    row_heads = K::kHeads > 0 || K::kPlanes ? heads : a.ring_heads;  // (compile-time heads: never whole rows)
+    row_pad = ring_row_bytes<C, K::kPlanes>(row_heads) - row_heads * SLOT;
+    half_bytes = 16 * row_heads * SLOT + 16 * row_pad;
+    copy_bytes = 16 * row_heads * SLOT;
     full0 = bars;
     empty0 = full0 + 8u * kMaxStages;
-    contig = heads == a.n_kv_heads && row_pad == 0;
+    contig = row_heads == a.n_kv_heads && row_pad == 0;
     runs = K::kPlanes ? kPlaneRuns : contig || K::kTensorMap ? 1 : 16;
     row_bytes = int64_t(a.n_kv_heads) * SLOT;
     btab = a.table + int64_t(b) * a.table_stride;

@@ -128,11 +128,10 @@ std::string dequant_can_implement(const KernelFormat& f, const DequantParams& p)
 
 std::string decode_heads_support(const KernelFormat& f, int n_kv_heads) {
   if (n_kv_heads < 1 || decode_heads_per_cta(f, n_kv_heads)) return {};  // (< 1: check_cache's message)
-  const int warps = decode_cta_warps(f);
-  return warps > 8 ? fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8, a multiple of 8, or ≤ {}: "
-                                 "one warp per head)", n_kv_heads, f.name, warps)
-                   : fmt::format("paged_decode: n_kv_heads {} not supported for '{}' (≤ 8 or a multiple of 8: its "
-                                 "kernel has 8 warps)", n_kv_heads, f.name);
+  return fmt::format("paged_decode: n_kv_heads {} not supported for '{}': no divisor of it ≤ {} (the kernel's warps) "
+                     "has {}-byte slots that lie in the cache as 16-byte runs, and two ring stages of whole token rows "
+                     "({} bytes each) do not fit in shared memory", n_kv_heads, f.name, decode_cta_warps(f), f.slot_bytes,
+                     int64_t(n_kv_heads) * f.slot_bytes);
 }
 
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p) {

@@ -181,7 +181,19 @@ def row_error(out, ref, dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_decode_equals_float64_attention_over_the_cpu_decode(fmt, q_len, dtype):
     # q_len 4, 16: the fused multi-query kernel; 130: decode_dense (dequant + SDPA); bf16: K, V, queries and outputs
-    d, kvh, hq = 128, 2, 8
+    check_decode_against_float64(fmt, q_len, dtype, kvh=2, hq=8)
+
+
+@pytest.mark.parametrize("fmt", PRESETS)
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_decode_at_phi4s_ten_kv_heads_equals_float64_attention(fmt, q_len):
+    # Phi-4 / Phi-3-medium: 40 query and 10 kv heads of 128 dims (k8v4's kernel splits them into CTAs of 5 that
+    # read whole token rows; the 16-warp kernels hold all 10)
+    check_decode_against_float64(fmt, q_len, torch.float16, kvh=10, hq=40)
+
+
+def check_decode_against_float64(fmt, q_len, dtype, kvh, hq):
+    d = 128
     seq_lens = {1: [301, 17, 64, 129], 4: [301, 17, 64, 4], 16: [301, 17, 64, 16],
                 130: [301, 140, 200, 130]}[q_len]  # ragged, pages shuffled
     cache, table, lens, _ = paged_setup(fmt, d, seq_lens, kvh, seed=3, dtype=dtype)

@@ -316,15 +316,52 @@ TEST_CASE("decode: 2 and 4 kv heads (Qwen 2.5 3B: 16 / 2, 7B: 28 / 4): compile-t
     }
 }
 
+TEST_CASE("decode: kv head counts split unevenly (Phi-4: 10 of k8v4), as 16-byte runs or whole token rows", "[decode]") {
+  // Above the kernel's warps and not a multiple of 8, a CTA holds the largest divisor of n_kv_heads whose slots lie
+  // in the cache as 16-byte runs (hpc · slot and the row n_kv_heads · slot multiples of 16: per-token copies), else
+  // the largest whose CTA copies whole token rows (ring_heads = n_kv_heads) and reads its heads' slots in them.
+  // The plans below are worked out by hand from the slot bytes (checked first); each decode is checked against
+  // the float64 attention, single- and multi-query.
+  struct H {
+    const char* fmt;
+    int d, slot, hq, hkv, hpc, ring_heads;
+  };
+  for (const H h : {H{"turboquant_k8v4", 128, 196, 40, 10, 5, 10},  // Phi-4: 5 · 196 = 980, 2 · 196 = 392, not 16k
+                    H{"turboquant_k8v4", 128, 196, 12, 12, 4, 4},    // 4 · 196 = 784 = 49 · 16, 12 · 196 = 147 · 16
+                    H{"turboquant_k8v4", 128, 196, 36, 9, 3, 9},     // 3 · 196 = 588: whole rows
+                    H{"turbo4-qjl", 128, 136, 40, 10, 2, 2},        // 2 · 136 = 17 · 16, 10 · 136 = 85 · 16
+                    H{"turboquant_4bit_nc", 256, 262, 40, 10, 5, 10},  // d 256's 8-warp kernels
+                    H{"turboquant_3bit_nc", 256, 198, 20, 10, 5, 10}}) {
+    REQUIRE(tq::cuda::kernel_format(tq::make_format(h.fmt, h.d)).slot_bytes == h.slot);
+    for (int q_len : {1, 4}) {
+      DecodeCase c;
+      c.fmt = h.fmt;
+      c.d = h.d;
+      c.hq = h.hq;
+      c.hkv = h.hkv;
+      c.q_len = q_len;
+      c.lens = {5, 17, 47, 300, 2049};  // ends inside either 16-token half
+      c.seed = uint64_t(h.hkv * 100 + h.hpc * 10 + q_len);
+      run_decode(c, [&](const DecodePlan& plan, const Filled&) {
+        INFO(h.fmt << " d=" << h.d << " hkv=" << h.hkv << " q_len=" << q_len);
+        REQUIRE(plan.heads_per_cta == h.hpc);
+        REQUIRE(plan.ring_heads == h.ring_heads);
+        REQUIRE(plan.head_groups == h.hkv / h.hpc);
+        REQUIRE(plan.threads == 32 * plan.query_slices * h.hpc * plan.warps_per_head);
+      });
+    }
+  }
+}
+
 TEST_CASE("launchers: n_kv_heads the decode kernels cannot stream are refused by name", "[api][quick]") {
-  // 8-warp kernels (fp8 keys, turbo4-qjl, head_dim 256) take ≤ 8 heads per CTA, and 5 or 2
-  // heads' slots are not 16-byte runs; 17 heads exceed the 16-warp kernels' warps.
+  // No divisor of these counts within the kernel's warps has slots that are 16-byte runs, and two ring stages
+  // of whole token rows exceed shared memory: 19 · 196 · 64 (k8v4), 14 · 262 · 64 (d 256), 34 · 134 · 64
+  // (16-warp kernels, beside their 64 KB key LUT) bytes.
   struct R {
     const char* fmt;
     int d, hkv;
   };
-  for (const R r : {R{"turboquant_k8v4", 128, 10}, R{"turbo4-qjl", 128, 10}, R{"turboquant_4bit_nc", 256, 10},
-                    R{"turboquant_4bit_nc", 128, 17}, R{"turbo4", 128, 20}}) {
+  for (const R r : {R{"turboquant_k8v4", 128, 19}, R{"turboquant_4bit_nc", 256, 14}, R{"turboquant_4bit_nc", 128, 34}}) {
     const auto kf = tq::cuda::kernel_format(tq::make_format(r.fmt, r.d));
     DevMem cache(16 * 16 * size_t(r.hkv) * size_t(kf.slot_bytes)), q(2 * size_t(r.hkv) * r.d * 2), tab(64), lens(64);
     const tq::cuda::PagedCache pc{cache.as<uint8_t>(), 16, 16, r.hkv, kf.slot_bytes, tq::cuda::CacheLayout::vllm};
@@ -687,12 +724,10 @@ TEST_CASE("decode: quick subset", "[decode][quick]") {
                  // per warp; turbo keys both slices in one launch, compile-time heads; turbo4-qjl: two launches)
     c.hkv = 8;
     run_decode(c);
-    if (fmt != "turboquant_k8v4" && fmt != "turbo4-qjl") {  // 10 kv heads in one CTA (the 8-warp kernels refuse)
-      c.hq = 40;
-      c.hkv = 10;
-      c.lens = {17, 40};
-      run_decode(c);
-    }
+    c.hq = 40;  // 10 kv heads: one CTA (16-warp kernels), else CTAs of 5 reading whole token rows or of 2
+    c.hkv = 10;
+    c.lens = {17, 40};
+    run_decode(c);
     c.hq = 28;  // 4 kv heads, G = 7 (Qwen 2.5 7B): the 4-head kernels, even / odd token rows
     c.hkv = 4;
     c.lens = {17, 40};

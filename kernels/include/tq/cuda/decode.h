@@ -88,7 +88,11 @@ struct DecodePlan {
   int num_splits = 1;      // work items per sequence, on average (fixed or auto)
   int items = 1;           // work items (CTAs) per head group: num_splits · batch (balance_slots: see there)
   int heads_per_cta = 1;   // kv heads one CTA streams: n_kv_heads when ≤ the kernel's warps, else 8 (n_kv_heads a
-                           // multiple of 8; mse and turbo keys at head_dim ≤ 128: tensor_map) (FP16: a divisor ≤ 8)
+                           // multiple of 8; mse and turbo keys at head_dim ≤ 128: tensor_map), else the largest
+                           // divisor of n_kv_heads the kernel's warps and ring take (FP16: a divisor ≤ 8)
+  int ring_heads = 1;      // kv heads per token row of a ring stage: heads_per_cta, or n_kv_heads where this CTA's
+                           // slots are not 16-byte runs in the cache (Phi-4's 10 heads of 196-byte k8v4 slots in
+                           // CTAs of 5): the CTA then copies whole token rows and reads its heads' slots in them
   int warps_per_head = 1;  // warps sharing one kv head, one sub-tile each (FP16: 16 tokens, 8 warps per CTA;
                            // quantized: 32 tokens, 16 warps per CTA for mse keys at d ≤ 128, else 8)
   int head_groups = 1;     // n_kv_heads / heads_per_cta
