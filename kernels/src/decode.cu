@@ -179,6 +179,12 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
     plan.workspace_bytes = WorkspaceLayout(plan.items, p.n_q_heads, plan.part_warps, head_dim, batch).bytes;
 }
 
+// DecodePlan::ring_heads of a CTA of hpc of the cache's n_kv_heads (the plane layout's runs are whole planes)
+template <class C>
+int ring_heads(bool planes, int n_kv_heads, int hpc) {
+  return !planes && ring_rows_whole<C>(n_kv_heads, hpc) ? n_kv_heads : hpc;
+}
+
 // Static shared memory of the quantized decode kernel: LUT (not wide), sign LUT, barriers, centroids.
 template <class Q>
 constexpr int decode_static_smem() {
@@ -465,7 +471,7 @@ DecodePlan plan_stage1(const KernelFormat& f, const PagedCache& cache, const Sta
       const int static_smem = decode_static_smem<Q>();
       const int cta_warps = tiles == 2 ? kMqTileWarps : dual ? Q::kCtaWarps / 2 : Q::kCtaWarps;
       plan_layout(cache.n_kv_heads, heads, kSub, Q::kSlot, fixed_dyn, static_smem, decode_device_smem_optin(), plan,
-                  stage_bytes, stages, false, 2, cta_warps, !planes && ring_rows_whole<C>(cache.n_kv_heads, heads));
+                  stage_bytes, stages, false, 2, cta_warps, ring_heads<C>(planes, cache.n_kv_heads, heads) > heads);
       plan.column_tiles = tiles;
       if (dual) {
         plan.query_slices = 2;
@@ -575,8 +581,7 @@ void paged_decode(const KernelFormat& f, const PagedCache& cache, const DecodePa
     using C = decltype(cfg);
     using Q = QCfg<C>;
     const bool planes = cache.layout == CacheLayout::planes;
-    if (plan.ring_heads != (!planes && ring_rows_whole<C>(cache.n_kv_heads, plan.heads_per_cta) ? cache.n_kv_heads
-                                                                                                  : plan.heads_per_cta))
+    if (plan.ring_heads != ring_heads<C>(planes, cache.n_kv_heads, plan.heads_per_cta))
       throw_error("paged_decode: plan does not match this shape (use plan_decode)");
     a.stage_bytes = plan.warps_per_head * kSub * ring_row<C>(planes, plan.ring_heads);
     a.stages = 0;

@@ -194,7 +194,7 @@ __host__ __device__ constexpr int ring_row_bytes(int hpc) {
 // Whether a CTA holding hpc of the cache's n_kv_heads copies whole token rows into its ring
 // (DecodePlan::ring_heads = n_kv_heads) because its heads' slots are not 16-byte runs in the cache (hpc · slot or
 // the row, n_kv_heads · slot, not a multiple of 16 bytes: a bulk copy's size and addresses must be). A half of
-// whole rows, 16 of them, always is one run. (vLLM layout; the plane layout's runs are whole planes.)
+// whole rows, 16 of them, always is one run. (vLLM layout)
 template <class C>
 constexpr bool ring_rows_whole(int n_kv_heads, int hpc) {
   constexpr int slot = QCfg<C>::kSlot;
