@@ -72,6 +72,9 @@ int memo_occupancy(const void* kernel, int threads, int smem_bytes) {
   return blocks;
 }
 
+// sm_90 (H100, H200): shared memory per SM and the most one block may opt in to
+constexpr int kSmemPerSm = 228 * 1024, kSmemOptinSm90 = 227 * 1024;
+
 // Heads per CTA, warps per head and ring depth shared by both decode planners.
 // plan.smem_bytes is the dynamic part (ring + fixed_dyn); static_smem counts toward
 // the limits. The planner picks the heads per CTA (decode_heads_per_cta, FP16:
@@ -81,7 +84,7 @@ int memo_occupancy(const void* kernel, int threads, int smem_bytes) {
 void plan_layout(int n_kv_heads, int first_heads, int sub_tokens, int token_head_bytes, int fixed_dyn,
                  int static_smem, int smem_optin, DecodePlan& plan, int& stage_bytes, int& stages,
                  bool flexible_heads, int two_cta_min_stages, int cta_warps, bool whole_rows) {
-  constexpr int kSmemPerSm = 228 * 1024, kReserved = 1024;  // H200: 228 KB per SM, 227 KB per block
+  constexpr int kReserved = 1024;
   const int h0 = first_heads;
   if (h0 < 1 || h0 > cta_warps || n_kv_heads % h0)
     throw_error("paged decode: heads per CTA do not fit this shape (internal: see decode_can_implement)");
@@ -179,10 +182,15 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
     plan.workspace_bytes = WorkspaceLayout(plan.items, p.n_q_heads, plan.part_warps, head_dim, batch).bytes;
 }
 
-// DecodePlan::ring_heads of a CTA of hpc of the cache's n_kv_heads (the plane layout's runs are whole planes)
+// DecodePlan::ring_heads of a CTA holding hpc of the cache's n_kv_heads: hpc, or n_kv_heads where the CTA copies
+// whole token rows because its heads' slots are not 16-byte runs in the cache (hpc · slot or the row, n_kv_heads ·
+// slot, not a multiple of 16 bytes: a bulk copy's size and addresses must be; a half of whole rows, 16 of them,
+// always is one run). The plane layout's runs are whole planes.
 template <class C>
 int ring_heads(bool planes, int n_kv_heads, int hpc) {
-  return !planes && ring_rows_whole<C>(n_kv_heads, hpc) ? n_kv_heads : hpc;
+  constexpr int slot = QCfg<C>::kSlot;
+  const bool runs = hpc == n_kv_heads || ((hpc * slot) % 16 == 0 && (n_kv_heads * slot) % 16 == 0);
+  return planes || runs ? hpc : n_kv_heads;
 }
 
 // Static shared memory of the quantized decode kernel: LUT (not wide), sign LUT, barriers, centroids.
@@ -305,7 +313,7 @@ int decode_cta_warps(const KernelFormat& f) {
 // The 8-warp kernels copy per token.
 // Other counts (Phi-4's 10 kv heads for the 8-warp kernels: fp8 keys, turbo4-qjl, head_dim 256) take the largest
 // divisor of n_kv_heads that the warps hold: preferably one whose slots the cache holds as 16-byte runs (k8v4's
-// 196-byte slots at 12 heads: CTAs of 4, per-token copies), else one that copies whole token rows (ring_rows_whole:
+// 196-byte slots at 12 heads: CTAs of 4, per-token copies), else one that copies whole token rows (ring_heads:
 // 10 heads of 196 bytes in CTAs of 5) where two stages of such rows fit, one warp per head.
 int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
   int hpc = 0;
@@ -318,12 +326,12 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
       return;
     }
     for (int h = warps; h >= 1 && !hpc; --h)
-      if (n_kv_heads % h == 0 && !ring_rows_whole<C>(n_kv_heads, h)) hpc = h;
+      if (n_kv_heads % h == 0 && ring_heads<C>(false, n_kv_heads, h) == h) hpc = h;
     // (the sm_90 opt-in limit: a smaller device's plan_layout then says that the ring does not fit)
-    constexpr int kOptinSm90 = 227 * 1024;
-    const int limit = kOptinSm90 - decode_static_smem<Q>();
-    for (int h = warps; h >= 1 && !hpc; --h)
-      if (n_kv_heads % h == 0 && ring_layout<C>(false, n_kv_heads, 1, 2, limit).dyn_bytes <= limit) hpc = h;
+    const int limit = kSmemOptinSm90 - decode_static_smem<Q>();
+    if (!hpc && ring_layout<C>(false, n_kv_heads, 1, 2, limit).dyn_bytes <= limit)
+      for (int h = warps; h >= 1 && !hpc; --h)
+        if (n_kv_heads % h == 0) hpc = h;
   });
   return hpc;
 }

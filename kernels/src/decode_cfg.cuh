@@ -191,16 +191,6 @@ __host__ __device__ constexpr int ring_row_bytes(int hpc) {
   return row + (QCfg<C>::kWide && !P && row % 64 == 0 ? 16 : 0);
 }
 
-// Whether a CTA holding hpc of the cache's n_kv_heads copies whole token rows into its ring
-// (DecodePlan::ring_heads = n_kv_heads) because its heads' slots are not 16-byte runs in the cache (hpc · slot or
-// the row, n_kv_heads · slot, not a multiple of 16 bytes: a bulk copy's size and addresses must be). A half of
-// whole rows, 16 of them, always is one run. (vLLM layout)
-template <class C>
-constexpr bool ring_rows_whole(int n_kv_heads, int hpc) {
-  constexpr int slot = QCfg<C>::kSlot;
-  return hpc < n_kv_heads && ((hpc * slot) % 16 != 0 || (n_kv_heads * slot) % 16 != 0);
-}
-
 // Whether a CTA holding hpc of the cache's kv heads can take each 16-token half of its ring as
 // one tensor-map box (16 rows of hpc · slot bytes, landing dense: rows without a pad) — the
 // condition for decode_kernel_tm. A box row is ≤ 256 elements of 8 bytes and a multiple of 16

@@ -6,7 +6,7 @@
 // per contiguous run: a 16-token page slice of all the CTA's heads in the vLLM layout; 16
 // per-token runs where the CTA holds some of the kv heads or the rows are padded
 // (ring_row_bytes); the whole rows, one copy per half, where its heads' slots are not 16-byte runs
-// (ring_rows_whole, DecodeArgs::ring_heads); three plane runs in the plane layout; one tensor-map box per half where
+// (DecodeArgs::ring_heads); three plane runs in the plane layout; one tensor-map box per half where
 // KernelTraits::kTensorMap) and each copy completes on the stage's "full" mbarrier. Every
 // thread arrives on the stage's "empty" mbarrier when it has read it; the refills take turns
 // among the first n_prod warps (warp (it − 1) % n_prod in iteration it), each with the
