@@ -185,7 +185,9 @@ void finish_plan(const DecodeParams& p, int head_dim, int sm_count, int sub_toke
 // DecodePlan::ring_heads of a CTA holding hpc of the cache's n_kv_heads: hpc, or n_kv_heads where the CTA copies
 // whole token rows because its heads' slots are not 16-byte runs in the cache (hpc · slot or the row, n_kv_heads ·
 // slot, not a multiple of 16 bytes: a bulk copy's size and addresses must be; a half of whole rows, 16 of them,
-// always is one run). The plane layout's runs are whole planes.
+// always is one run). The plane layout's runs are whole planes. Such rows are never padded (ring_row_bytes pads
+// only rows ≡ 0 mod 64 bytes: with even slots that takes n_kv_heads a multiple of 8, whose CTAs of 8 are runs, or
+// 16 | slot, where every CTA's slots are), so PageRing copies each half of them in one piece.
 template <class C>
 int ring_heads(bool planes, int n_kv_heads, int hpc) {
   constexpr int slot = QCfg<C>::kSlot;
