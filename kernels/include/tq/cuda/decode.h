@@ -134,8 +134,9 @@ struct DecodePlan {
 
 std::string decode_can_implement(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p);
 // The head-count part of decode_can_implement, for a format decode_support accepts: empty when
-// its kernel streams n_kv_heads kv heads (≤ 8, a multiple of 8, or ≤ 16 for the 16-warp
-// kernels: mse / turbo keys at head_dim ≤ 128), else why not.
+// its kernel streams n_kv_heads kv heads (≤ its warps: 16 for mse / turbo keys at head_dim ≤ 128, else 8;
+// a multiple of 8; CTAs of a divisor whose slots are 16-byte runs in the cache; or, where two ring stages of
+// whole token rows fit, CTAs that copy those rows), else why not.
 std::string decode_heads_support(const KernelFormat& f, int n_kv_heads);
 // sm_count 0: read from the current device.
 DecodePlan plan_decode(const KernelFormat& f, const PagedCache& cache, const DecodeParams& p, int sm_count = 0);
