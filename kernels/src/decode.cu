@@ -327,13 +327,15 @@ int decode_heads_per_cta(const KernelFormat& f, int n_kv_heads) {
       hpc = n_kv_heads <= warps ? n_kv_heads : 8;
       return;
     }
+    int whole = 0;  // the largest divisor (whole token rows)
     for (int h = warps; h >= 1 && !hpc; --h)
-      if (n_kv_heads % h == 0 && ring_heads<C>(false, n_kv_heads, h) == h) hpc = h;
+      if (n_kv_heads % h == 0) {
+        whole = whole ? whole : h;
+        if (ring_heads<C>(false, n_kv_heads, h) == h) hpc = h;
+      }
     // (the sm_90 opt-in limit: a smaller device's plan_layout then says that the ring does not fit)
     const int limit = kSmemOptinSm90 - decode_static_smem<Q>();
-    if (!hpc && ring_layout<C>(false, n_kv_heads, 1, 2, limit).dyn_bytes <= limit)
-      for (int h = warps; h >= 1 && !hpc; --h)
-        if (n_kv_heads % h == 0) hpc = h;
+    if (!hpc && ring_layout<C>(false, n_kv_heads, 1, 2, limit).dyn_bytes <= limit) hpc = whole;
   });
   return hpc;
 }
