@@ -354,9 +354,9 @@ TEST_CASE("decode: kv head counts split unevenly (Phi-4: 10 of k8v4), as 16-byte
 }
 
 TEST_CASE("launchers: n_kv_heads the decode kernels cannot stream are refused by name", "[api][quick]") {
-  // No divisor of these counts within the kernel's warps has slots that are 16-byte runs, and two ring stages
-  // of whole token rows exceed shared memory: 19 · 196 · 64 (k8v4), 14 · 262 · 64 (d 256), 34 · 134 · 64
-  // (16-warp kernels, beside their 64 KB key LUT) bytes.
+  // The two counts of the host test "decode heads: counts whose whole token rows exceed shared memory" (why, there),
+  // and 4bit_nc's 34 at d 128 (no divisor ≤ 16 with 16-byte runs; two stages of whole rows, 34 · 134 · 64 bytes,
+  // beside the 16-warp kernels' 64 KB key LUT): the launcher's check and plan_decode refuse them.
   struct R {
     const char* fmt;
     int d, hkv;
